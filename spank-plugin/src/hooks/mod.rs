@@ -1,0 +1,27 @@
+//! The SPANK hooks, one file per context (as in pyxis):
+//! `submit` (srun/sbatch/salloc), `job_script` (prolog/epilog on each node, root),
+//! `slurmstepd` (each job step on each node, as the user).
+pub mod job_script;
+pub mod slurmstepd;
+pub mod submit;
+
+use crate::config::PluginConfig;
+use crate::ffi::{log_error, Context, Spank};
+
+/// `slurm_spank_init`, every context: register `--syndeo` (with
+/// `spank_option_register`, which sbatch and salloc honour, unlike a static
+/// `spank_options` table) and check the plugstack arguments.
+pub fn init(sp: &Spank) -> Result<(), ()> {
+    config(sp)?;
+    match sp.context() {
+        Context::Local | Context::Allocator | Context::Remote | Context::JobScript => {
+            sp.register_option().map_err(|e| log_error(&format!("syndeo: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The plugstack arguments, or an error in the log naming the bad one.
+pub fn config(sp: &Spank) -> Result<PluginConfig, ()> {
+    PluginConfig::parse(sp.args()).map_err(|e| log_error(&e))
+}
