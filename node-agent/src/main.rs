@@ -1,1 +1,50 @@
-fn main() {}
+//! `syndeo-agent`: everything of syndeo that runs outside Slurm's processes.
+//!
+//! Flow: the SPANK plugin runs `prolog` (root) on each node, which starts
+//! `run` (the node agent, as the job user); the agents elect a head and start
+//! Ray through a container runtime; the plugin asks the local agent when the
+//! cluster is ready; `epilog` (root) tears it all down. The same binary is the
+//! exec wrapper for `srun --syndeo` tasks and the `syndeo` command for users.
+mod agent;
+mod alloc;
+mod cli;
+mod config;
+mod exec;
+mod hostlist;
+mod job;
+mod root;
+mod runtime;
+mod secret;
+mod user_cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    if let Ok(argv0) = std::env::var(exec::EXEC_ARGV0_ENV) {
+        // srun --syndeo: the plugin made this binary the task's program.
+        return exec::run_wrapper(argv0);
+    }
+    let cli = cli::Cli::parse();
+    let result = match cli.command {
+        cli::Cmd::Prolog(a) => root::prolog::run(&a),
+        cli::Cmd::Epilog(a) => root::epilog::run(&a),
+        cli::Cmd::Run { job_dir } => agent::run(&job_dir),
+        cli::Cmd::Keygen { path } => secret::keygen(&path).map(|created| {
+            if created {
+                eprintln!("created site key {}", path.display());
+            }
+        }),
+        cli::Cmd::Status { json } => user_cli::status(json),
+        cli::Cmd::Wait { timeout } => user_cli::wait(timeout),
+        cli::Cmd::Logs => user_cli::logs(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("syndeo: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! One node's life in the job's cluster: start the container early (Ray's
+//! imports overlap the election and the head's start), elect, then run the
+//! head's or a worker's part, and keep this node's state for job steps.
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+use tracing::{info, warn};
+
+use super::election::{elect, resolve};
+use super::mesh::pb::{cluster_view::Phase, mesh_client::MeshClient, ClusterView, NodeReport, WatchRequest};
+use super::mesh::{self, authed};
+use super::ray::{self, Event, NodePorts, RayProcess};
+use super::state::{Local, Role, Shared};
+
+pub async fn run(shared: Arc<Shared>) {
+    let started = Instant::now();
+    if let Err(msg) = node_part(&shared, started).await {
+        shared.fail(msg);
+    }
+    // Keep serving job steps (and the mesh) until the epilog stops us.
+    std::future::pending::<()>().await;
+}
+
+async fn node_part(shared: &Arc<Shared>, started: Instant) -> Result<(), String> {
+    let spec = &shared.spec;
+    let node = spec.node.clone();
+    let ip = resolve(&node).await.map_err(|e| format!("node fault: cannot resolve this node's name {node}: {e}"))?;
+    let (listener, port) = mesh::bind(ip, &spec.mesh_ports()).await.map_err(|e| e.to_string())?;
+    info!(%ip, port, "mesh listening");
+    tokio::spawn(mesh::serve(shared.clone(), listener));
+
+    // The user's image is checked as the user; a mistake here fails the job, not the node.
+    let prepared = prepare(shared, ip);
+    let (role, head_client) = match elect(shared, started).await {
+        Ok(r) => r,
+        Err(e) => return Err(e.to_string()),
+    };
+    shared.role.send_replace(role.clone());
+    match (role, prepared) {
+        (Role::Head, Ok((events, ports))) => head(shared, ip, events, ports, started).await,
+        (Role::Head, Err(msg)) => {
+            publish(shared, |v| {
+                v.set_phase(Phase::Failed);
+                v.message = format!("{node} (head): {msg}");
+            });
+            Err(msg)
+        }
+        (Role::Follower(h), prepared) => worker(shared, ip, head_client.expect("follower has a client"), h, prepared).await,
+        (Role::Undecided, _) => unreachable!("elect decides"),
+    }
+}
+
+type Prepared = Result<(mpsc::Receiver<Event>, NodePorts), String>;
+
+/// Checks the image and starts the container with the launcher, which loads Ray and waits.
+fn prepare(shared: &Arc<Shared>, ip: IpAddr) -> Prepared {
+    let spec = &shared.spec;
+    let image = spec.image_path()?;
+    shared.runtime.check_image(&image)?;
+    if !spec.workdir.is_dir() {
+        return Err(format!("the job's working directory {} is not accessible on {}", spec.workdir.display(), spec.node));
+    }
+    if let Some(bad) = spec.config.extra_binds.iter().filter_map(|b| crate::runtime::Bind::parse(b).ok()).find(|b| !b.src.exists()) {
+        return Err(format!("node fault: extra bind {} does not exist on {}", bad.src.display(), spec.node));
+    }
+    let ports = NodePorts::pick(ip).map_err(|e| format!("no free port on {ip}: {e}"))?;
+    let cs = ray::ray_container(spec, &image, &shared.ray_token, &ports);
+    let argv = shared.runtime.command(&cs, &["python3".into(), "-c".into(), ray::LAUNCHER.into()])?;
+    let (proc_, events) = RayProcess::spawn(&argv, &spec.job_dir).map_err(|e| format!("node fault: {e:#}"))?;
+    shared.ray.try_lock().expect("nobody else holds it yet").replace(proc_);
+    Ok((events, ports))
+}
+
+/// Waits for the launcher's answer to `ray start`, or explains why it failed.
+async fn started(shared: &Shared, events: &mut mpsc::Receiver<Event>, what: &str) -> Result<(), String> {
+    loop {
+        match events.recv().await {
+            Some(Event::LauncherReady) => continue,
+            Some(Event::Started) => return Ok(()),
+            Some(Event::Failed(m)) => return Err(format!("{what} on {}: {m}", shared.spec.node)),
+            Some(Event::Died) | Some(Event::Exited) | None => {
+                let tail = ray::log_tail(&shared.spec.job_dir, 4);
+                return Err(format!("{what} on {}: the container ended early: {tail}", shared.spec.node));
+            }
+        }
+    }
+}
+
+fn publish(shared: &Shared, f: impl FnOnce(&mut ClusterView)) {
+    shared.view.send_modify(f);
+    sync_local(shared);
+}
+
+/// This node's state follows the cluster view (and its own Ray's state).
+fn sync_local(shared: &Shared) {
+    let v = shared.view.borrow().clone();
+    match v.phase() {
+        Phase::Failed => shared.fail(v.message.clone()),
+        Phase::Ready if v.ready_nodes.contains(&shared.spec.node) => shared.set_local(Local::Ready),
+        Phase::Ready | Phase::HeadReady => {
+            shared.set_local(Local::Starting(format!("{} of {} nodes joined", v.ready_nodes.len(), shared.spec.nodes.len())))
+        }
+        Phase::Starting => shared.set_local(Local::Starting("the head is starting Ray".into())),
+    }
+}
+
+async fn head(
+    shared: &Arc<Shared>,
+    ip: IpAddr,
+    mut events: mpsc::Receiver<Event>,
+    ports: NodePorts,
+    t0: Instant,
+) -> Result<(), String> {
+    let spec = &shared.spec;
+    publish(shared, |v| {
+        v.set_phase(Phase::Starting);
+        v.head_node = spec.node.clone();
+    });
+    let pick = || -> std::io::Result<(u16, u16)> { Ok((ray::free_port(ip).map_err(std::io::Error::other)?, ray::free_port(ip).map_err(std::io::Error::other)?)) };
+    let (gcs, dash) = pick().map_err(|e| format!("no free port on {ip}: {e}"))?;
+    let args = ray::head_args(spec, ip, gcs, dash, &ports);
+    start_ray(shared, &args).await?;
+    if let Err(m) = started(shared, &mut events, "Ray head").await {
+        publish(shared, |v| {
+            v.set_phase(Phase::Failed);
+            v.message = m.clone();
+        });
+        return Err(m);
+    }
+    info!("Ray head started in {:?}", t0.elapsed());
+    publish(shared, |v| {
+        v.gcs_address = format!("{ip}:{gcs}");
+        if spec.config.dashboard {
+            v.dashboard_url = format!("http://{ip}:{dash}");
+        }
+        v.set_phase(Phase::HeadReady);
+    });
+    recompute_view(shared).await;
+
+    // The cluster must be ready by the start-up deadline.
+    let deadline = t0 + Duration::from_secs(spec.config.startup_timeout);
+    let shared2 = shared.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep_until(deadline.into()).await;
+        let v = shared2.view.borrow().clone();
+        if matches!(v.phase(), Phase::Starting | Phase::HeadReady) {
+            let missing: Vec<&String> = shared2.spec.nodes.iter().filter(|n| !v.ready_nodes.contains(n)).collect();
+            let msg = format!(
+                "only {} of the {} required nodes joined within the start-up timeout ({} s); missing: {:?}",
+                v.ready_nodes.len(),
+                shared2.spec.min_nodes(),
+                shared2.spec.config.startup_timeout,
+                missing
+            );
+            publish(&shared2, |v| {
+                v.set_phase(Phase::Failed);
+                v.message = msg;
+            });
+        }
+    });
+    watch_own_ray(shared, events).await
+}
+
+async fn start_ray(shared: &Shared, args: &[String]) -> Result<(), String> {
+    let mut guard = shared.ray.lock().await;
+    let p = guard.as_mut().ok_or("the Ray container is gone")?;
+    p.start(args).await.map_err(|e| format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node))
+}
+
+/// After start: a Ray node that dies while the job runs is reported.
+async fn watch_own_ray(shared: &Shared, mut events: mpsc::Receiver<Event>) -> Result<(), String> {
+    while let Some(ev) = events.recv().await {
+        if matches!(ev, Event::Died | Event::Exited) {
+            warn!("this node's Ray ended while the job ran");
+            return Err(format!("the Ray node on {} ended while the job ran: {}", shared.spec.node, ray::log_tail(&shared.spec.job_dir, 3)));
+        }
+    }
+    Ok(())
+}
+
+/// Head: derive the cluster's phase from its own Ray and the workers' reports.
+pub async fn recompute_view(shared: &Shared) {
+    if *shared.role.borrow() != Role::Head {
+        return;
+    }
+    let reports = shared.reports.lock().await.clone();
+    let spec = &shared.spec;
+    publish(shared, |v| {
+        if matches!(v.phase(), Phase::Failed | Phase::Starting) {
+            return;
+        }
+        let mut ready = vec![spec.node.clone()];
+        ready.extend(reports.iter().filter(|(_, r)| r.is_ok()).map(|(n, _)| n.clone()));
+        ready.sort_by_key(|n| spec.nodes.iter().position(|x| x == n));
+        let failed: Vec<String> = reports.iter().filter_map(|(n, r)| r.as_ref().err().map(|m| format!("{n}: {m}"))).collect();
+        v.ready_nodes = ready;
+        if v.ready_nodes.len() >= spec.min_nodes() {
+            v.set_phase(Phase::Ready);
+        } else if spec.nodes.len() - failed.len() < spec.min_nodes() {
+            v.set_phase(Phase::Failed);
+            v.message = failed.join("; ");
+        }
+    });
+}
+
+async fn worker(
+    shared: &Arc<Shared>,
+    ip: IpAddr,
+    mut head: MeshClient<Channel>,
+    head_node: String,
+    prepared: Prepared,
+) -> Result<(), String> {
+    let spec = &shared.spec;
+    let report = |ok: bool, message: String| {
+        authed(shared, NodeReport { job_id: spec.job_id, node: spec.node.clone(), ok, message })
+    };
+    let (mut events, ports) = match prepared {
+        Ok(p) => p,
+        Err(m) => {
+            let _ = head.report(report(false, m.clone())).await;
+            return Err(m);
+        }
+    };
+    let req = authed(shared, WatchRequest { job_id: spec.job_id, node: spec.node.clone() });
+    let mut stream = head
+        .watch(req)
+        .await
+        .map_err(|e| format!("cannot watch the head node {head_node}: {}", e.message()))?
+        .into_inner();
+    let mut ray_started = false;
+    loop {
+        tokio::select! {
+            msg = stream.message() => {
+                let v = match msg {
+                    Ok(Some(v)) => v,
+                    _ => return Err(format!("lost contact with the head node {head_node}'s agent")),
+                };
+                let phase = v.phase();
+                let gcs = v.gcs_address.clone();
+                shared.view.send_replace(v);
+                sync_local(shared);
+                if matches!(phase, Phase::HeadReady | Phase::Ready) && !ray_started {
+                    ray_started = true;
+                    let args = ray::worker_args(spec, ip, &gcs, &ports);
+                    start_ray(shared, &args).await?;
+                    match started(shared, &mut events, "Ray worker").await {
+                        Ok(()) => {
+                            info!("Ray worker joined");
+                            head.report(report(true, String::new())).await.map_err(|e| e.message().to_string())?;
+                        }
+                        Err(m) => {
+                            let _ = head.report(report(false, m.clone())).await;
+                            return Err(m);
+                        }
+                    }
+                }
+                if phase == Phase::Failed {
+                    return Err(shared.view.borrow().message.clone());
+                }
+            }
+            ev = events.recv(), if ray_started => {
+                if matches!(ev, Some(Event::Died) | Some(Event::Exited) | None) {
+                    let m = format!("the Ray node on {} ended while the job ran: {}", spec.node, ray::log_tail(&spec.job_dir, 3));
+                    let _ = head.report(report(false, m.clone())).await;
+                    return Err(m);
+                }
+            }
+        }
+    }
+}
+
+/// SIGTERM: stop this node's Ray (gracefully, then by force).
+pub async fn stop(shared: &Shared) {
+    let grace = Duration::from_secs(shared.spec.config.stop_grace.saturating_sub(3).max(2));
+    if let Some(p) = shared.ray.lock().await.take() {
+        p.stop(grace).await;
+    }
+}

@@ -1,0 +1,133 @@
+//! The agents' gRPC mesh (tonic over TCP on the nodes' addresses). Every call
+//! carries the job's bearer token; an agent answers only its own job, so a
+//! peer that reaches another job's agent on a shared port moves on to the
+//! next candidate port.
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::{TcpListenerStream, WatchStream};
+use tokio_stream::StreamExt;
+use tonic::transport::{Channel, Endpoint, Server};
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+use super::state::{Role, Shared};
+use crate::secret::tokens_equal;
+
+pub mod pb {
+    tonic::include_proto!("syndeo.mesh");
+}
+
+use pb::join_reply::Role as PbRole;
+use pb::mesh_client::MeshClient;
+use pb::mesh_server::{Mesh, MeshServer};
+
+pub const TOKEN_HEADER: &str = "x-syndeo-token";
+
+/// Binds the first free port of the job's candidates on `ip` (never 0.0.0.0).
+pub async fn bind(ip: IpAddr, ports: &[u16]) -> anyhow::Result<(TcpListener, u16)> {
+    for &p in ports {
+        if let Ok(l) = TcpListener::bind(SocketAddr::new(ip, p)).await {
+            return Ok((l, p));
+        }
+    }
+    anyhow::bail!("none of this job's mesh ports {ports:?} is free on {ip}; widen mesh_ports in syndeo.toml")
+}
+
+pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    let svc = MeshService { shared };
+    if let Err(e) = Server::builder()
+        .add_service(MeshServer::new(svc))
+        .serve_with_incoming(TcpListenerStream::new(listener))
+        .await
+    {
+        warn!("mesh server ended: {e}");
+    }
+}
+
+struct MeshService {
+    shared: Arc<Shared>,
+}
+
+impl MeshService {
+    fn check<T>(&self, req: &Request<T>, job_id: u32, node: &str) -> Result<(), Status> {
+        let token = req.metadata().get(TOKEN_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if job_id != self.shared.spec.job_id || !tokens_equal(token, &self.shared.mesh_token) {
+            warn!(peer = ?req.remote_addr(), claimed_job = job_id, claimed_node = node, "refused a mesh call without this job's token");
+            return Err(Status::unauthenticated("not this job's agent"));
+        }
+        Ok(())
+    }
+}
+
+type ViewStream = Pin<Box<dyn Stream<Item = Result<pb::ClusterView, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Mesh for MeshService {
+    async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
+        let r = req.get_ref();
+        self.check(&req, r.job_id, &r.node)?;
+        let reply = match &*self.shared.role.borrow() {
+            Role::Undecided => pb::JoinReply { role: PbRole::Undecided as i32, head_node: String::new() },
+            Role::Head => pb::JoinReply { role: PbRole::Head as i32, head_node: self.shared.spec.node.clone() },
+            Role::Follower(h) => pb::JoinReply { role: PbRole::Follower as i32, head_node: h.clone() },
+        };
+        Ok(Response::new(reply))
+    }
+
+    type WatchStream = ViewStream;
+
+    async fn watch(&self, req: Request<pb::WatchRequest>) -> Result<Response<ViewStream>, Status> {
+        let r = req.get_ref();
+        self.check(&req, r.job_id, &r.node)?;
+        if *self.shared.role.borrow() != Role::Head {
+            return Err(Status::failed_precondition("not the head"));
+        }
+        let s = WatchStream::new(self.shared.view.subscribe()).map(Ok);
+        Ok(Response::new(Box::pin(s)))
+    }
+
+    async fn report(&self, req: Request<pb::NodeReport>) -> Result<Response<pb::ReportAck>, Status> {
+        let r = req.get_ref().clone();
+        self.check(&req, r.job_id, &r.node)?;
+        if !self.shared.spec.nodes.contains(&r.node) {
+            return Err(Status::invalid_argument("node is not in this job"));
+        }
+        info!(node = %r.node, ok = r.ok, message = %r.message, "worker report");
+        let result = if r.ok { Ok(()) } else { Err(r.message) };
+        self.shared.reports.lock().await.insert(r.node, result);
+        super::lifecycle::recompute_view(&self.shared).await;
+        Ok(Response::new(pb::ReportAck {}))
+    }
+}
+
+/// A request with this job's token attached.
+pub fn authed<T>(shared: &Shared, msg: T) -> Request<T> {
+    let mut r = Request::new(msg);
+    r.metadata_mut().insert(TOKEN_HEADER, shared.mesh_token.parse().expect("hex token is valid metadata"));
+    r
+}
+
+pub async fn connect(addr: SocketAddr) -> Option<MeshClient<Channel>> {
+    let ep = Endpoint::from_shared(format!("http://{addr}")).ok()?.connect_timeout(Duration::from_millis(500));
+    let ch = tokio::time::timeout(Duration::from_secs(1), ep.connect()).await.ok()?.ok()?;
+    Some(MeshClient::new(ch))
+}
+
+/// Asks the job's agent on `ip` who the head is, trying the job's ports in
+/// order. None: no agent of this job answers there (yet).
+pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(MeshClient<Channel>, pb::JoinReply)> {
+    for port in shared.spec.mesh_ports() {
+        let Some(mut client) = connect(SocketAddr::new(ip, port)).await else { continue };
+        let req = authed(shared, pb::JoinRequest { job_id: shared.spec.job_id, node: shared.spec.node.clone() });
+        match tokio::time::timeout(Duration::from_secs(2), client.join(req)).await {
+            Ok(Ok(reply)) => return Some((client, reply.into_inner())),
+            _ => continue, // another job's agent, or no answer
+        }
+    }
+    None
+}

@@ -1,0 +1,54 @@
+//! The node agent (`syndeo-agent run`), one per node and job, running as the
+//! job user. It serves the local socket for job steps, joins the mesh of the
+//! job's agents, elects a head, runs Ray in the container, and stops it all
+//! on SIGTERM from the epilog.
+mod election;
+mod lifecycle;
+mod local;
+mod mesh;
+mod ray;
+mod state;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::info;
+
+use crate::job::{JobSpec, LOG_FILE, SECRET_FILE, SPEC_FILE};
+use crate::secret;
+pub use local::request as local_request;
+use state::Shared;
+
+pub fn run(job_dir: &Path) -> Result<()> {
+    // Own session: the epilog finds the agent's processes by it.
+    let _ = nix::unistd::setsid();
+    let spec: JobSpec = serde_json::from_str(&std::fs::read_to_string(job_dir.join(SPEC_FILE))?)
+        .context("reading the job spec")?;
+    let job_secret = std::fs::read_to_string(job_dir.join(SECRET_FILE))?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join(LOG_FILE))?;
+    tracing_subscriber::fmt()
+        .with_writer(std::sync::Mutex::new(log))
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SYNDEO_LOG").unwrap_or_else(|_| "info".into()))
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        let shared = Arc::new(Shared::new(spec, secret::mesh_token(&job_secret), secret::ray_token(&job_secret)));
+        info!(job = shared.spec.job_id, node = %shared.spec.node, index = shared.spec.index, "agent started");
+        let listener = local::bind(&shared.spec.socket())?;
+        tokio::spawn(local::serve(shared.clone(), listener));
+        let mut term = signal(SignalKind::terminate())?;
+        let life = tokio::spawn(lifecycle::run(shared.clone()));
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: stopping Ray"),
+            r = life => info!("lifecycle ended: {r:?}"),
+        }
+        lifecycle::stop(&shared).await;
+        info!("agent exits");
+        Ok::<_, anyhow::Error>(())
+    })?;
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! Ray on this node: the `ray start` arguments (every port and directory per
+//! job, so two jobs on a node never collide), and the container process that
+//! runs syndeo's launcher (launcher.py) around `ray start`.
+use std::net::{IpAddr, TcpListener};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::job::{JobSpec, JOB_MARKER_ENV};
+use crate::runtime::{Bind, ContainerSpec};
+
+pub const LAUNCHER: &str = include_str!("launcher.py");
+pub const RAY_LOG: &str = "ray.log";
+
+/// A port the OS says is free on `ip` now.
+pub fn free_port(ip: IpAddr) -> Result<u16> {
+    Ok(TcpListener::bind((ip, 0))?.local_addr()?.port())
+}
+
+#[derive(Debug, Clone)]
+pub struct NodePorts {
+    pub dashboard_agent: u16,
+    pub metrics_export: u16,
+    pub autoscaler_metrics: u16,
+    pub dashboard_metrics: u16,
+}
+
+impl NodePorts {
+    pub fn pick(ip: IpAddr) -> Result<NodePorts> {
+        Ok(NodePorts {
+            dashboard_agent: free_port(ip)?,
+            metrics_export: free_port(ip)?,
+            autoscaler_metrics: free_port(ip)?,
+            dashboard_metrics: free_port(ip)?,
+        })
+    }
+}
+
+fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts) -> Vec<String> {
+    let object_store = spec.config.object_store_mb * 1024 * 1024;
+    [
+        "--node-ip-address", &ip.to_string(),
+        "--dashboard-agent-listen-port", &ports.dashboard_agent.to_string(),
+        "--metrics-export-port", &ports.metrics_export.to_string(),
+        "--min-worker-port", "0",
+        "--max-worker-port", "0",
+        "--num-cpus", &spec.cpus.to_string(),
+        "--num-gpus", &spec.gpus.len().to_string(),
+        "--object-store-memory", &object_store.to_string(),
+        "--temp-dir", &spec.temp_dir.to_string_lossy(),
+        "--disable-usage-stats",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+pub fn head_args(spec: &JobSpec, ip: IpAddr, gcs_port: u16, dashboard_port: u16, ports: &NodePorts) -> Vec<String> {
+    let mut a: Vec<String> = vec!["--head".into(), "--port".into(), gcs_port.to_string()];
+    a.extend(["--dashboard-port".into(), dashboard_port.to_string()]);
+    if spec.config.dashboard {
+        a.extend(["--include-dashboard".into(), "true".into(), "--dashboard-host".into(), ip.to_string()]);
+    } else {
+        a.extend(["--include-dashboard".into(), "false".into()]);
+    }
+    a.extend(common_args(spec, ip, ports));
+    a
+}
+
+pub fn worker_args(spec: &JobSpec, ip: IpAddr, gcs_address: &str, ports: &NodePorts) -> Vec<String> {
+    let mut a: Vec<String> = vec!["--address".into(), gcs_address.into()];
+    a.extend(common_args(spec, ip, ports));
+    a
+}
+
+/// Binds shared by Ray's container and `srun --syndeo` containers.
+pub fn job_binds(spec: &JobSpec, cwd: &Path) -> Vec<Bind> {
+    let mut b = vec![
+        Bind::rw(&spec.temp_dir),
+        Bind { src: spec.shm_dir.clone(), dst: "/dev/shm".into(), ro: false },
+    ];
+    for w in [&spec.workdir, &cwd.to_path_buf()] {
+        if w.as_os_str() != "/" && !b.iter().any(|x| x.dst == *w) {
+            b.push(Bind::rw(w));
+        }
+    }
+    b.extend(spec.config.extra_binds.iter().filter_map(|s| Bind::parse(s).ok()));
+    b
+}
+
+pub fn ray_container(spec: &JobSpec, image: &Path, ray_token: &str, ports: &NodePorts) -> ContainerSpec {
+    let env = [
+        ("HOME", spec.temp_dir.to_string_lossy().into_owned()),
+        ("USER", spec.user.clone()),
+        ("LOGNAME", spec.user.clone()),
+        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()),
+        ("LANG", "C.UTF-8".into()),
+        ("RAY_AUTH_MODE", "token".into()),
+        ("RAY_AUTH_TOKEN", ray_token.into()),
+        ("RAY_USAGE_STATS_ENABLED", "0".into()),
+        ("AUTOSCALER_METRIC_PORT", ports.autoscaler_metrics.to_string()),
+        ("DASHBOARD_METRIC_PORT", ports.dashboard_metrics.to_string()),
+        ("CUDA_VISIBLE_DEVICES", spec.gpus.join(",")),
+        (JOB_MARKER_ENV, spec.job_id.to_string()),
+        ("PYTHONUNBUFFERED", "1".into()),
+    ];
+    ContainerSpec {
+        image: image.into(),
+        binds: job_binds(spec, &spec.workdir),
+        env: env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        clean_env: true,
+        workdir: spec.workdir.clone(),
+        gpus: spec.gpus.clone(),
+        own_pid_namespace: true,
+    }
+}
+
+/// What the launcher said.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    LauncherReady,
+    Started,
+    Failed(String),
+    Died,
+    Exited,
+}
+
+pub fn parse_event(line: &str) -> Option<Event> {
+    let (word, rest) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
+    match word {
+        "SYNDEO_LAUNCHER_READY" => Some(Event::LauncherReady),
+        "SYNDEO_RAY_STARTED" => Some(Event::Started),
+        "SYNDEO_RAY_FAILED" => Some(Event::Failed(rest.to_string())),
+        "SYNDEO_RAY_DIED" => Some(Event::Died),
+        _ => None,
+    }
+}
+
+pub struct RayProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl RayProcess {
+    /// Starts the container with the launcher; events arrive on the returned channel.
+    pub fn spawn(argv: &[String], log_dir: &Path) -> Result<(RayProcess, mpsc::Receiver<Event>)> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(log_dir.join(RAY_LOG))?;
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .with_context(|| format!("starting the container runtime {}", argv[0]))?;
+        let stdout = child.stdout.take().expect("piped");
+        let stdin = child.stdin.take();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(ev) = parse_event(&line) {
+                    info!(?ev, "launcher");
+                    let _ = tx.send(ev).await;
+                }
+            }
+            let _ = tx.send(Event::Exited).await;
+        });
+        Ok((RayProcess { child, stdin }, rx))
+    }
+
+    pub async fn start(&mut self, args: &[String]) -> Result<()> {
+        let line = serde_json::json!({ "args": args }).to_string() + "\n";
+        let stdin = self.stdin.as_mut().context("launcher stdin closed")?;
+        stdin.write_all(line.as_bytes()).await?;
+        stdin.flush().await?;
+        Ok(())
+    }
+
+    /// Ends Ray gracefully (end of stdin), then kills the container after `grace`.
+    pub async fn stop(mut self, grace: Duration) {
+        drop(self.stdin.take());
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(_) => info!("Ray container stopped"),
+            Err(_) => {
+                warn!("Ray container still running after {grace:?}; killing it");
+                let _ = self.child.kill().await;
+            }
+        }
+    }
+}
+
+/// The last lines of this node's Ray log, for error messages.
+pub fn log_tail(dir: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(dir.join(RAY_LOG)).unwrap_or_default();
+    let v: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    v[v.len().saturating_sub(lines)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launcher_lines_parse_and_other_output_is_ignored() {
+        assert_eq!(parse_event("SYNDEO_RAY_STARTED\n"), Some(Event::Started));
+        assert_eq!(parse_event("SYNDEO_RAY_FAILED no ray here"), Some(Event::Failed("no ray here".into())));
+        assert_eq!(parse_event("Ray runtime started."), None);
+    }
+
+    #[test]
+    fn launcher_script_speaks_the_protocol_the_agent_parses() {
+        for word in ["SYNDEO_LAUNCHER_READY", "SYNDEO_RAY_STARTED", "SYNDEO_RAY_FAILED", "SYNDEO_RAY_DIED"] {
+            assert!(LAUNCHER.contains(word), "{word}");
+            assert!(parse_event(word).is_some(), "{word}");
+        }
+    }
+}

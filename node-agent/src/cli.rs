@@ -1,0 +1,71 @@
+//! Command line of `syndeo-agent` (and of `syndeo`, the same binary for users).
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "syndeo", version, about = "syndeo: a Ray cluster as a property of a Slurm job")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// (root, from the SPANK prolog) set up this node for a job and start its agent
+    Prolog(PrologArgs),
+    /// (root, from the SPANK epilog) stop the job's cluster on this node and remove all of it
+    Epilog(EpilogArgs),
+    /// (the job user, started by `prolog`) the node agent itself
+    #[command(hide = true)]
+    Run {
+        #[arg(long)]
+        job_dir: PathBuf,
+    },
+    /// (root, at install) create the site key if it does not exist
+    Keygen {
+        #[arg(long, default_value = "/etc/syndeo/site.key")]
+        path: PathBuf,
+    },
+    /// Inside a job: the cluster's head, nodes and state
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inside a job: wait until the cluster is ready (exit 0) or failed (exit 1)
+    Wait {
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Inside a job: this node's agent log
+    Logs,
+}
+
+#[derive(Args, Debug)]
+pub struct CommonArgs {
+    #[arg(long)]
+    pub job: u32,
+    #[arg(long)]
+    pub uid: u32,
+    #[arg(long, default_value = "/etc/syndeo/syndeo.toml")]
+    pub config: PathBuf,
+    #[arg(long, default_value = "/run/syndeo")]
+    pub runtime_base: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct PrologArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[arg(long)]
+    pub gid: u32,
+    /// The value of --syndeo=IMAGE, if one was given.
+    #[arg(long)]
+    pub image: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct EpilogArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}

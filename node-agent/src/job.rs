@@ -1,0 +1,106 @@
+//! The job as one node's agent sees it: written by the root prolog into the
+//! job directory (`job.json`), read by the agent and the exec wrapper.
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobSpec {
+    pub job_id: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub user: String,
+    /// This node's name and its place in the job's ordered node list.
+    pub node: String,
+    pub nodes: Vec<String>,
+    pub index: usize,
+    /// The allocation on this node.
+    pub cpus: u32,
+    pub gpus: Vec<String>,
+    /// The image the user asked for (None: `--syndeo` without a value).
+    pub image: Option<String>,
+    pub workdir: PathBuf,
+    /// Runtime dir (socket, log, secrets), Ray's temp dir and /dev/shm dir.
+    pub job_dir: PathBuf,
+    pub temp_dir: PathBuf,
+    pub shm_dir: PathBuf,
+    pub config: Config,
+}
+
+pub const SPEC_FILE: &str = "job.json";
+pub const SECRET_FILE: &str = "secret";
+pub const SOCKET_FILE: &str = "agent.sock";
+pub const LOG_FILE: &str = "agent.log";
+pub const RAY_TOKEN_FILE: &str = "ray_token";
+/// Marks every process of a syndeo job's cluster (the epilog looks for it).
+pub const JOB_MARKER_ENV: &str = "SYNDEO_JOB_ID";
+
+impl JobSpec {
+    pub fn socket(&self) -> PathBuf {
+        self.job_dir.join(SOCKET_FILE)
+    }
+
+    /// Nodes that must join before the cluster counts as ready.
+    pub fn min_nodes(&self) -> usize {
+        match self.config.min_nodes as usize {
+            0 => self.nodes.len(),
+            n => n.min(self.nodes.len()),
+        }
+    }
+
+    /// The image to use, or a message for the user.
+    pub fn image_path(&self) -> Result<PathBuf, String> {
+        match (&self.image, self.config.default_image.as_str()) {
+            (Some(i), _) => Ok(i.into()),
+            (None, "") => Err("--syndeo was given without an image and this site sets no default_image; \
+                               use --syndeo=/path/to/image"
+                .into()),
+            (None, d) => Ok(d.into()),
+        }
+    }
+
+    /// Ports this job's agents may listen on, in the order peers try them.
+    /// Derived from the job id, so every node computes the same list.
+    pub fn mesh_ports(&self) -> Vec<u16> {
+        mesh_ports(self.job_id, self.config.mesh_port_range().unwrap_or((45000, 45999)))
+    }
+}
+
+pub fn mesh_ports(job_id: u32, (lo, hi): (u16, u16)) -> Vec<u16> {
+    let size = (hi - lo) as u64 + 1;
+    let mut out: Vec<u16> = Vec::new();
+    let mut k = 0u64;
+    while out.len() < 8.min(size as usize) {
+        let p = lo + ((job_id as u64).wrapping_mul(2654435761).wrapping_add(k * 7919) % size) as u16;
+        if !out.contains(&p) {
+            out.push(p);
+        }
+        k += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mesh_ports_are_distinct_in_range_and_stable() {
+        let p = mesh_ports(1234, (45000, 45999));
+        assert_eq!(p.len(), 8);
+        assert!(p.iter().all(|&x| (45000..=45999).contains(&x)));
+        let mut d = p.clone();
+        d.sort();
+        d.dedup();
+        assert_eq!(d.len(), 8);
+        assert_eq!(p, mesh_ports(1234, (45000, 45999)));
+        assert_ne!(p, mesh_ports(1235, (45000, 45999)));
+    }
+
+    #[test]
+    fn tiny_port_range_gives_what_it_has() {
+        assert_eq!(mesh_ports(5, (50000, 50001)).len(), 2);
+    }
+}

@@ -1,0 +1,75 @@
+//! Finding a job's processes through /proc: a process is identified by PID
+//! and start time (so a reused PID is never mistaken for it), and a job's
+//! processes are those of the job user that carry the job's marker variable
+//! or belong to the agent's session.
+use std::path::Path;
+
+/// The fields of /proc/PID/stat that matter here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcStat {
+    pub pid: i32,
+    pub session: i32,
+    pub start_time: u64,
+}
+
+pub fn stat(pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &text)
+}
+
+/// Parses /proc/PID/stat; the command name may contain spaces and ')'.
+pub fn parse_stat(pid: i32, text: &str) -> Option<ProcStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): session is field 6, starttime field 22.
+    Some(ProcStat { pid, session: f.get(3)?.parse().ok()?, start_time: f.get(19)?.parse().ok()? })
+}
+
+pub fn uid_of(pid: i32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+}
+
+/// Whether the process's environment has `name=value` (root may read any).
+pub fn has_env(pid: i32, name: &str, value: &str) -> bool {
+    let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { return false };
+    let want = format!("{name}={value}");
+    env.split(|&b| b == 0).any(|kv| kv == want.as_bytes())
+}
+
+pub fn all_pids() -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir(Path::new("/proc")) else { return vec![] };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// Processes of `uid` that carry the job marker or live in `session`.
+pub fn job_processes(uid: u32, marker: (&str, &str), session: Option<i32>) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    all_pids()
+        .into_iter()
+        .filter(|&p| p != me && uid_of(p) == Some(uid))
+        .filter(|&p| session.is_some_and(|s| stat(p).is_some_and(|st| st.session == s)) || has_env(p, marker.0, marker.1))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_spaces_and_parens_in_the_name() {
+        let line = "1234 (ray::a (b) c) S 1 1234 1200 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 4 0 98765 1000 200";
+        let s = parse_stat(1234, line).unwrap();
+        assert_eq!(s.session, 1200);
+        assert_eq!(s.start_time, 98765);
+    }
+
+    #[test]
+    fn own_process_is_found_by_stat_and_env() {
+        let me = std::process::id() as i32;
+        let s = stat(me).unwrap();
+        assert!(s.start_time > 0);
+        assert!(has_env(me, "PATH", &std::env::var("PATH").unwrap()));
+        assert!(!has_env(me, "SYNDEO_NO_SUCH_VAR", "1"));
+    }
+}

@@ -1,0 +1,154 @@
+//! Container runtimes behind one trait. The agent (as the job user) asks a
+//! runtime for the command line that runs a program in the job's image; the
+//! runtime never runs anything itself.
+//!
+//! - `apptainer` (production default): SIF file or sandbox directory.
+//! - `bubblewrap`: a root filesystem directory; the backend tested here.
+//!
+//! Both share the host network (Ray's nodes talk over it), run as the user
+//! with no capabilities, and bind the job's work dir and runtime dirs at the
+//! same paths inside as outside.
+mod apptainer;
+mod bubblewrap;
+
+use std::path::{Path, PathBuf};
+
+pub use apptainer::Apptainer;
+pub use bubblewrap::Bubblewrap;
+
+use crate::config::{Config, RuntimeKind};
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Bind {
+    pub src: PathBuf,
+    pub dst: PathBuf,
+    pub ro: bool,
+}
+
+impl Bind {
+    pub fn rw(p: impl Into<PathBuf>) -> Bind {
+        let p = p.into();
+        Bind { src: p.clone(), dst: p, ro: false }
+    }
+
+    /// "SRC[:DST[:ro|rw]]" with absolute paths.
+    pub fn parse(s: &str) -> Result<Bind, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let (src, dst, mode) = match parts.as_slice() {
+            [src] => (*src, *src, "rw"),
+            [src, dst] => (*src, *dst, "rw"),
+            [src, dst, mode] => (*src, *dst, *mode),
+            _ => return Err(format!("extra_binds entry \"{s}\" is not SRC[:DST[:ro]]")),
+        };
+        if !src.starts_with('/') || !dst.starts_with('/') {
+            return Err(format!("extra_binds entry \"{s}\" needs absolute paths"));
+        }
+        let ro = match mode {
+            "ro" => true,
+            "rw" => false,
+            _ => return Err(format!("extra_binds entry \"{s}\": mode must be ro or rw")),
+        };
+        Ok(Bind { src: src.into(), dst: dst.into(), ro })
+    }
+}
+
+/// What to run in the image and how.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerSpec {
+    pub image: PathBuf,
+    pub binds: Vec<Bind>,
+    /// Variables set inside; with `clean_env` the only ones (besides the runtime's own).
+    pub env: Vec<(String, String)>,
+    pub clean_env: bool,
+    pub workdir: PathBuf,
+    /// GPU ids allocated on this node (device binds / --nv).
+    pub gpus: Vec<String>,
+    /// Own PID namespace: ending its first process ends everything in it.
+    pub own_pid_namespace: bool,
+}
+
+pub trait ContainerRuntime: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Checks, as the calling user, that `image` can be used; the message says what to fix.
+    fn check_image(&self, image: &Path) -> Result<(), String>;
+    /// The full command line that runs `argv` in the image.
+    fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, String>;
+}
+
+pub fn from_config(c: &Config) -> Box<dyn ContainerRuntime> {
+    match c.runtime {
+        RuntimeKind::Apptainer => Box::new(Apptainer { binary: c.apptainer.clone() }),
+        RuntimeKind::Bubblewrap => Box::new(Bubblewrap { binary: c.bwrap.clone() }),
+    }
+}
+
+/// Checks shared by both runtimes: the image exists, the user can read it,
+/// and it lies where the site allows images.
+pub fn check_image_common(image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, String> {
+    let real = std::fs::canonicalize(image).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("image {} does not exist; check the --syndeo path", image.display()),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("image {} is not readable by you (permission denied); fix its permissions", image.display())
+        }
+        _ => format!("image {}: {e}", image.display()),
+    })?;
+    if !allowed.is_empty() && !allowed.iter().any(|d| real.starts_with(d)) {
+        let dirs: Vec<String> = allowed.iter().map(|d| d.display().to_string()).collect();
+        return Err(format!(
+            "image {} is outside the directories this site allows for images ({}); use an image from there",
+            image.display(),
+            dirs.join(", ")
+        ));
+    }
+    Ok(real)
+}
+
+/// Device nodes for NVIDIA GPU ids, plus the control devices.
+pub fn gpu_devices(gpus: &[String]) -> Vec<PathBuf> {
+    if gpus.is_empty() {
+        return vec![];
+    }
+    let mut devs: Vec<PathBuf> = gpus.iter().map(|g| PathBuf::from(format!("/dev/nvidia{g}"))).collect();
+    for d in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] {
+        devs.push(d.into());
+    }
+    devs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_forms_parse() {
+        assert_eq!(Bind::parse("/data").unwrap(), Bind::rw("/data"));
+        let b = Bind::parse("/scratch/x:/x:ro").unwrap();
+        assert_eq!((b.src, b.dst, b.ro), ("/scratch/x".into(), "/x".into(), true));
+        assert!(Bind::parse("data").is_err());
+        assert!(Bind::parse("/a:/b:maybe").is_err());
+        assert!(Bind::parse("/a:/b:ro:x").is_err());
+    }
+
+    #[test]
+    fn missing_image_names_the_path() {
+        let e = check_image_common(Path::new("/nonexistent/img.sif"), &[]).unwrap_err();
+        assert!(e.contains("/nonexistent/img.sif") && e.contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn allow_list_refuses_images_elsewhere() {
+        let d = tempfile::tempdir().unwrap();
+        let e = check_image_common(d.path(), &["/shared/images".into()]).unwrap_err();
+        assert!(e.contains("outside the directories"), "{e}");
+        assert!(check_image_common(d.path(), &[d.path().to_path_buf()]).is_ok());
+    }
+
+    #[test]
+    fn gpu_ids_map_to_device_nodes() {
+        assert!(gpu_devices(&[]).is_empty());
+        let d = gpu_devices(&["0".into(), "2".into()]);
+        assert_eq!(d[0], PathBuf::from("/dev/nvidia0"));
+        assert_eq!(d[1], PathBuf::from("/dev/nvidia2"));
+        assert!(d.contains(&PathBuf::from("/dev/nvidiactl")));
+    }
+}
