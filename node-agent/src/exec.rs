@@ -14,8 +14,15 @@ use crate::job::SOCKET_FILE;
 
 pub const EXEC_ARGV0_ENV: &str = "SYNDEO_EXEC_ARGV0";
 pub const EXEC_JOB_DIR_ENV: &str = "SYNDEO_EXEC_JOB_DIR";
+/// Set by the plugin when the job's cluster failed: the cause, for the job's stderr.
+pub const EXEC_ERROR_ENV: &str = "SYNDEO_EXEC_ERROR";
 
 pub fn run_wrapper(argv0: String) -> ExitCode {
+    if let Ok(msg) = std::env::var(EXEC_ERROR_ENV) {
+        eprintln!("syndeo: {msg}");
+        eprintln!("syndeo: {argv0} was not started; `syndeo logs` or the job dir's agent.log has details");
+        return ExitCode::from(1);
+    }
     let fail = |msg: String| {
         eprintln!("syndeo: srun --syndeo: {msg}");
         ExitCode::from(127)

@@ -10,10 +10,16 @@ use crate::hooks::config;
 
 /// Names under which Slurm carries a SPANK option in a job's environment; a
 /// batch script that kept them would pass `--syndeo` to every `srun` in it.
-const OPTION_ENV: &[&str] = &["SPANK__SLURM_SPANK_OPTION_syndeo_syndeo", "_SLURM_SPANK_OPTION_syndeo_syndeo"];
+const OPTION_ENV: &[&str] = &[
+    "SLURM_SPANK__SLURM_SPANK_OPTION_syndeo_syndeo",
+    "SPANK__SLURM_SPANK_OPTION_syndeo_syndeo",
+    "_SLURM_SPANK_OPTION_syndeo_syndeo",
+];
 
 /// Set for the exec wrapper: the program the task was going to run.
 pub const EXEC_ARGV0_ENV: &str = "SYNDEO_EXEC_ARGV0";
+/// Set for the exec wrapper when the cluster failed: print this, exit 1.
+pub const EXEC_ERROR_ENV: &str = "SYNDEO_EXEC_ERROR";
 
 pub fn user_init(sp: &Spank) -> Result<(), ()> {
     if sp.context() != Context::Remote {
@@ -35,34 +41,39 @@ pub fn user_init(sp: &Spank) -> Result<(), ()> {
         }
     }
     log_verbose(&format!("syndeo: job {job} step {step:#x}: waiting for the Ray cluster"));
-    match wait_ready(&dir.join("agent.sock"), cfg.wait_timeout) {
+    let failure = match wait_ready(&dir.join("agent.sock"), cfg.wait_timeout) {
         Ok(WaitReply::Ready { env }) => {
             for (k, v) in env {
                 sp.setenv(&k, &v).map_err(|e| log_error(&format!("syndeo: {e}")))?;
             }
-            Ok(())
+            return Ok(());
         }
-        Ok(WaitReply::Failed { error }) => {
-            log_error(&format!("syndeo: the Ray cluster of job {job} could not start: {error}"));
-            Err(())
-        }
-        Ok(WaitReply::Starting { detail }) => {
-            log_error(&format!(
-                "syndeo: the Ray cluster of job {job} was not ready after {}s ({detail}); \
-                 the step was not started",
-                cfg.wait_timeout.as_secs()
-            ));
-            Err(())
-        }
-        Err(e) => {
-            log_error(&format!("syndeo: job {job}: {e}"));
-            Err(())
-        }
-    }
+        Ok(WaitReply::Failed { error }) => format!("the Ray cluster of job {job} could not start: {error}"),
+        Ok(WaitReply::Starting { detail }) => format!(
+            "the Ray cluster of job {job} was not ready after {} s ({detail})",
+            cfg.wait_timeout.as_secs()
+        ),
+        Err(e) => format!("job {job}: {e}"),
+    };
+    // Failing this hook would make Slurm drain the node ("batch job complete
+    // failure"): a user's mistake must not. The step's tasks instead run the
+    // wrapper, which prints the cause on the job's stderr and exits 1.
+    log_error(&format!("syndeo: {failure}"));
+    sp.setenv(EXEC_ERROR_ENV, &failure).map_err(|e| log_error(&format!("syndeo: {e}")))
 }
 
 pub fn task_init(sp: &Spank) -> Result<(), ()> {
-    if sp.context() != Context::Remote || sp.option_value().is_none() {
+    if sp.context() != Context::Remote {
+        return Ok(());
+    }
+    if sp.getenv(EXEC_ERROR_ENV).is_some() {
+        let cfg = config(sp)?;
+        let original = sp
+            .replace_task_program(&cfg.agent.to_string_lossy())
+            .map_err(|e| log_error(&format!("syndeo: {e}")))?;
+        return sp.setenv(EXEC_ARGV0_ENV, &original).map_err(|e| log_error(&format!("syndeo: {e}")));
+    }
+    if sp.option_value().is_none() {
         return Ok(());
     }
     let step = sp.step_id().unwrap_or(0);

@@ -1,0 +1,178 @@
+//! Helpers for the integration tests: submit jobs as an unprivileged user,
+//! wait for them, and look inside the minicluster's nodes. The tests need the
+//! minicluster up (`tests/cluster/minicluster up`) and the Ray test image
+//! (`tests/cluster/minicluster image`); `tests/run` does both. They are
+//! `#[ignore]`d so a plain `cargo test` runs only unit tests.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub const USER_A: &str = "syndeo-a";
+pub const USER_B: &str = "syndeo-b";
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub fn minicluster() -> PathBuf {
+    repo().join("tests/cluster/minicluster")
+}
+
+/// Runs a command, returning its output (never panics on a non-zero exit).
+pub fn run(argv: &[&str]) -> Output {
+    Command::new(argv[0]).args(&argv[1..]).output().unwrap_or_else(|e| panic!("cannot run {argv:?}: {e}"))
+}
+
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Runs `argv` as `user` in `dir` (no shell).
+pub fn as_user(user: &str, dir: &Path, argv: &[&str]) -> Output {
+    Command::new("runuser")
+        .args(["-u", user, "--"])
+        .args(argv)
+        .current_dir(dir)
+        .output()
+        .expect("runuser")
+}
+
+pub fn image() -> String {
+    let o = run(&[minicluster().to_str().unwrap(), "image"]);
+    assert!(o.status.success(), "building the test image failed: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).lines().last().expect("image path").trim().to_string()
+}
+
+pub fn nodes() -> Vec<String> {
+    std::fs::read_to_string("/run/syndeo-minicluster/nodes")
+        .expect("the minicluster is not up: run tests/cluster/minicluster up")
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A fresh work directory owned by `user`, for one test's job files.
+pub fn workdir(user: &str, name: &str) -> PathBuf {
+    let d = PathBuf::from(format!("/home/{user}/syndeo-tests/{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    run(&["chown", "-R", &format!("{user}:{user}"), d.parent().unwrap().to_str().unwrap()]);
+    d
+}
+
+pub fn write_file(user: &str, path: &Path, content: &str) {
+    std::fs::write(path, content).unwrap();
+    run(&["chown", &format!("{user}:{user}"), path.to_str().unwrap()]);
+}
+
+pub struct Job {
+    pub id: u32,
+    pub dir: PathBuf,
+}
+
+/// `sbatch --parsable ARGS script` as `user`; panics with sbatch's output if refused.
+pub fn sbatch(user: &str, dir: &Path, args: &[&str], script: &str) -> Job {
+    let path = dir.join("job.sh");
+    write_file(user, &path, script);
+    let mut argv = vec!["sbatch", "--parsable", "-o", "job.out", "-e", "job.err"];
+    argv.extend_from_slice(args);
+    argv.push("job.sh");
+    let o = as_user(user, dir, &argv);
+    assert!(o.status.success(), "sbatch {args:?} failed: {}", text(&o));
+    let id = String::from_utf8_lossy(&o.stdout).trim().split(';').next().unwrap().parse().expect("job id");
+    Job { id, dir: dir.to_path_buf() }
+}
+
+impl Job {
+    pub fn field(&self, name: &str) -> Option<String> {
+        let o = run(&["scontrol", "show", "job", &self.id.to_string()]);
+        text(&o).split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_string))
+    }
+
+    /// Waits until the job is over and its epilogs have finished; returns its state.
+    pub fn wait(&self, limit: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let state = self.field("JobState").unwrap_or_default();
+            let done = !matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "");
+            if done {
+                // Epilogs run while the job is COMPLETING; wait for them on every node.
+                if nodes().iter().all(|n| !node_path_exists(n, &format!("/run/syndeo/.agents/{}", self.id))) || start.elapsed() > limit {
+                    return state;
+                }
+            }
+            assert!(start.elapsed() < limit, "job {} still {state} after {limit:?}", self.id);
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.dir.join("job.out")).unwrap_or_default()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("job.err")).unwrap_or_default()
+    }
+
+    pub fn output(&self) -> String {
+        format!("--- stdout ---\n{}--- stderr ---\n{}", self.stdout(), self.stderr())
+    }
+}
+
+/// Runs a command inside a node's namespaces (network, UTS, mount).
+pub fn in_node(node: &str, argv: &[&str]) -> Output {
+    let mut a = vec![minicluster().to_str().unwrap().to_string(), "exec".into(), node.into()];
+    a.extend(argv.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    run(&refs)
+}
+
+pub fn node_path_exists(node: &str, path: &str) -> bool {
+    in_node(node, &["test", "-e", path]).status.success()
+}
+
+/// PIDs of `user`'s processes on `node` (seen from inside the node).
+pub fn user_processes(node: &str, user: &str) -> Vec<String> {
+    let o = in_node(node, &["ps", "-u", user, "-o", "pid=,args="]);
+    String::from_utf8_lossy(&o.stdout).lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect()
+}
+
+/// Lines of a node's slurmd log.
+pub fn slurmd_log(node: &str) -> String {
+    std::fs::read_to_string(format!("/var/log/slurm/slurmd-{node}.log")).unwrap_or_default()
+}
+
+/// Node states that mean a node was taken out of service.
+pub fn drained_nodes() -> Vec<String> {
+    let o = run(&["sinfo", "-h", "-N", "-o", "%N %t"]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| ["drain", "drng", "down", "fail"].iter().any(|s| l.contains(s)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Everything a syndeo job may leave on a node: processes, dirs, shm objects.
+pub fn leftovers(job: u32, user: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for n in nodes() {
+        for p in user_processes(&n, user) {
+            found.push(format!("{n}: process {p}"));
+        }
+        for path in [
+            format!("/run/syndeo/{job}"),
+            format!("/run/syndeo/.agents/{job}"),
+            format!("/tmp/syndeo/{job}"),
+            format!("/dev/shm/syndeo/{job}"),
+        ] {
+            if node_path_exists(&n, &path) {
+                found.push(format!("{n}: {path}"));
+            }
+        }
+        let shm = in_node(&n, &["find", "/dev/shm", "/tmp", "-user", user]);
+        for l in String::from_utf8_lossy(&shm.stdout).lines() {
+            found.push(format!("{n}: file {l}"));
+        }
+    }
+    found
+}

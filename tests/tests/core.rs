@@ -1,0 +1,93 @@
+//! Core: `sbatch --syndeo=IMAGE` gives the job a ready Ray cluster on all its
+//! nodes, `srun --syndeo` runs a driver in the image on it, and when the job
+//! ends nothing of it is left on any node.
+use std::time::Duration;
+
+use syndeo_tests::*;
+
+const DRIVER: &str = r#"
+import collections, os, socket, time
+import ray
+ray.init()  # no arguments: RAY_ADDRESS and the auth token come from syndeo
+alive = [n for n in ray.nodes() if n["Alive"]]
+print("ALIVE_NODES", len(alive))
+
+@ray.remote(num_cpus=1)
+def where(i):
+    time.sleep(0.2)
+    return socket.gethostname()
+
+@ray.remote
+def make(n):
+    return b"x" * n
+
+@ray.remote
+def size(b):
+    return len(b)
+
+node_ids = [n["NodeID"] for n in alive]
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
+hosts = ray.get([where.options(scheduling_strategy=On(nid, soft=False)).remote(i) for i, nid in enumerate(node_ids)])
+print("TASK_HOSTS", ",".join(sorted(hosts)))
+# Objects made on each node and consumed on another: real transfers.
+blobs = [make.options(scheduling_strategy=On(nid, soft=False)).remote(4 << 20) for nid in node_ids]
+moved = ray.get([size.options(scheduling_strategy=On(node_ids[(i + 1) % len(node_ids)], soft=False)).remote(b) for i, b in enumerate(blobs)])
+print("TRANSFERS", len(moved), sum(moved))
+print("DRIVER OK")
+"#;
+
+const SCRIPT: &str = r#"#!/bin/bash
+echo "RAY_ADDRESS=$RAY_ADDRESS"
+echo "SYNDEO_NODES=$SYNDEO_NODES"
+srun --syndeo -N1 -n1 python3 driver.py
+"#;
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn batch_job_gets_a_three_node_ray_cluster_and_leaves_nothing_behind() {
+    let image = image();
+    let dir = workdir(USER_A, "core");
+    write_file(USER_A, &dir.join("driver.py"), DRIVER);
+    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], SCRIPT);
+    let state = job.wait(Duration::from_secs(300));
+    let out = job.output();
+    assert_eq!(state, "COMPLETED", "{out}");
+    assert!(out.contains("RAY_ADDRESS=10.213.7."), "{out}");
+    assert!(out.contains("SYNDEO_NODES=node1,node2,node3"), "{out}");
+    assert!(out.contains("ALIVE_NODES 3"), "{out}");
+    assert!(out.contains("TASK_HOSTS node1,node2,node3"), "{out}");
+    assert!(out.contains(&format!("TRANSFERS 3 {}", 3 * (4 << 20))), "{out}");
+    assert!(out.contains("DRIVER OK"), "{out}");
+    let left = leftovers(job.id, USER_A);
+    assert!(left.is_empty(), "left behind: {left:#?}");
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn missing_image_fails_the_job_with_its_path_and_drains_no_node() {
+    let dir = workdir(USER_A, "missing");
+    let job = sbatch(USER_A, &dir, &["-N2", "--syndeo=/nonexistent/ray-image"], "#!/bin/sh\necho SCRIPT RAN\n");
+    let state = job.wait(Duration::from_secs(120));
+    let out = job.output();
+    assert_ne!(state, "COMPLETED", "{out}");
+    assert!(!out.contains("SCRIPT RAN"), "the script ran without a cluster: {out}");
+    assert!(out.contains("image /nonexistent/ray-image does not exist"), "{out}");
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+    assert!(leftovers(job.id, USER_A).is_empty(), "{:?}", leftovers(job.id, USER_A));
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn srun_without_syndeo_in_a_syndeo_job_runs_on_the_host_with_ray_address() {
+    let image = image();
+    let dir = workdir(USER_A, "hoststep");
+    let script = "#!/bin/bash\nsrun -N1 -n1 sh -c 'echo STEP_RAY=$RAY_ADDRESS; test -x /usr/bin/sbatch && echo ON_HOST'\nsrun --syndeo -N1 -n1 sh -c 'test -x /usr/bin/sbatch || echo IN_IMAGE'\n";
+    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={image}")], script);
+    assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+    let out = job.output();
+    assert!(out.contains("STEP_RAY=10.213.7."), "{out}");
+    // sbatch exists on the host but not in the image.
+    assert!(out.contains("ON_HOST"), "plain srun ran in the image: {out}");
+    assert!(out.contains("IN_IMAGE"), "srun --syndeo ran on the host: {out}");
+}
