@@ -59,7 +59,7 @@ type Prepared = Result<(mpsc::Receiver<Event>, NodePorts), String>;
 fn prepare(shared: &Arc<Shared>, ip: IpAddr) -> Prepared {
     let spec = &shared.spec;
     let image = spec.image_path()?;
-    shared.runtime.check_image(&image)?;
+    crate::runtime::check_image(shared.runtime.as_ref(), &image, &spec.config.allowed_image_dirs)?;
     if !spec.workdir.is_dir() {
         return Err(format!("the job's working directory {} is not accessible on {}", spec.workdir.display(), spec.node));
     }

@@ -6,7 +6,7 @@
 //! only; the code around it is the same as for bubblewrap.
 use std::path::{Path, PathBuf};
 
-use super::{check_image_common, ContainerRuntime, ContainerSpec};
+use super::{ContainerRuntime, ContainerSpec};
 
 pub struct Apptainer {
     pub binary: PathBuf,
@@ -17,18 +17,15 @@ impl ContainerRuntime for Apptainer {
         "apptainer"
     }
 
-    fn check_image(&self, image: &Path) -> Result<(), String> {
-        let real = check_image_common(image, &[])?;
+    fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    fn check_format(&self, real: &Path, shown: &Path) -> Result<(), String> {
         if real.is_dir() {
-            std::fs::read_dir(&real).map_err(|e| format!("image {}: cannot list it as you: {e}", image.display()))?;
+            std::fs::read_dir(real).map_err(|e| format!("image {}: cannot list it as you: {e}", shown.display()))?;
         } else {
-            std::fs::File::open(&real).map_err(|e| format!("image {}: cannot open it as you: {e}", image.display()))?;
-        }
-        if !self.binary.exists() {
-            return Err(format!(
-                "node fault: the container runtime {} is not installed on this node; ask the admins",
-                self.binary.display()
-            ));
+            std::fs::File::open(real).map_err(|e| format!("image {}: cannot open it as you: {e}", shown.display()))?;
         }
         Ok(())
     }
@@ -98,7 +95,8 @@ mod tests {
     #[test]
     fn missing_apptainer_is_reported_as_a_node_fault() {
         let d = tempfile::tempdir().unwrap();
-        let e = Apptainer { binary: "/nonexistent/apptainer".into() }.check_image(d.path()).unwrap_err();
+        let rt = Apptainer { binary: "/nonexistent/apptainer".into() };
+        let e = crate::runtime::check_image(&rt, d.path(), &[]).unwrap_err();
         assert!(e.starts_with("node fault:"), "{e}");
     }
 }

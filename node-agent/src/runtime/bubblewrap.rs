@@ -4,7 +4,7 @@
 //! so the job's bind mounts can create their mount points.
 use std::path::{Path, PathBuf};
 
-use super::{check_image_common, gpu_devices, ContainerRuntime, ContainerSpec};
+use super::{gpu_devices, ContainerRuntime, ContainerSpec};
 
 pub struct Bubblewrap {
     pub binary: PathBuf,
@@ -25,15 +25,18 @@ impl ContainerRuntime for Bubblewrap {
         "bubblewrap"
     }
 
-    fn check_image(&self, image: &Path) -> Result<(), String> {
-        let real = check_image_common(image, &[])?;
+    fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    fn check_format(&self, real: &Path, image: &Path) -> Result<(), String> {
         if !real.is_dir() {
             return Err(format!(
                 "image {} is not a directory; the bubblewrap runtime needs a root filesystem directory",
                 image.display()
             ));
         }
-        std::fs::read_dir(&real).map_err(|e| format!("image {}: cannot list it as you: {e}", image.display()))?;
+        std::fs::read_dir(real).map_err(|e| format!("image {}: cannot list it as you: {e}", image.display()))?;
         if !real.join("usr").is_dir() {
             return Err(format!("image {} has no /usr; is it a root filesystem?", image.display()));
         }
@@ -161,7 +164,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("ray.sif");
         std::fs::write(&f, b"x").unwrap();
-        let e = Bubblewrap { binary: "/usr/bin/bwrap".into() }.check_image(&f).unwrap_err();
+        let e = Bubblewrap { binary: "/usr/bin/bwrap".into() }.check_format(&f, &f).unwrap_err();
         assert!(e.contains("not a directory"), "{e}");
     }
 }

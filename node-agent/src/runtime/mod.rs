@@ -69,8 +69,11 @@ pub struct ContainerSpec {
 
 pub trait ContainerRuntime: Send + Sync {
     fn name(&self) -> &'static str;
-    /// Checks, as the calling user, that `image` can be used; the message says what to fix.
-    fn check_image(&self, image: &Path) -> Result<(), String>;
+    /// The runtime's program (checked to exist before a job uses it).
+    fn binary(&self) -> &Path;
+    /// Checks, as the calling user, that the resolved image `real` (named
+    /// `shown` by the user) has a form this runtime runs; says what to fix.
+    fn check_format(&self, real: &Path, shown: &Path) -> Result<(), String>;
     /// The full command line that runs `argv` in the image.
     fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, String>;
 }
@@ -82,8 +85,26 @@ pub fn from_config(c: &Config) -> Box<dyn ContainerRuntime> {
     }
 }
 
+/// Everything checked before a job uses `image`, as the job user (so an image
+/// that root could read but the user cannot is refused): it exists, lies
+/// where the site allows images, has the runtime's form, and the runtime is
+/// installed. Returns the resolved path; the message says what to fix.
+pub fn check_image(rt: &dyn ContainerRuntime, image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, String> {
+    let real = check_image_common(image, allowed)?;
+    rt.check_format(&real, image)?;
+    if !rt.binary().exists() {
+        return Err(format!(
+            "node fault: the container runtime {} ({}) is not installed on this node; ask the admins",
+            rt.name(),
+            rt.binary().display()
+        ));
+    }
+    Ok(real)
+}
+
 /// Checks shared by both runtimes: the image exists, the user can read it,
-/// and it lies where the site allows images.
+/// and it lies where the site allows images (compared after resolving links
+/// on both sides, so a link cannot lead out of an allowed directory).
 pub fn check_image_common(image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, String> {
     let real = std::fs::canonicalize(image).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => format!("image {} does not exist; check the --syndeo path", image.display()),
@@ -92,7 +113,8 @@ pub fn check_image_common(image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, 
         }
         _ => format!("image {}: {e}", image.display()),
     })?;
-    if !allowed.is_empty() && !allowed.iter().any(|d| real.starts_with(d)) {
+    let inside = |d: &PathBuf| real.starts_with(std::fs::canonicalize(d).unwrap_or_else(|_| d.clone()));
+    if !allowed.is_empty() && !allowed.iter().any(inside) {
         let dirs: Vec<String> = allowed.iter().map(|d| d.display().to_string()).collect();
         return Err(format!(
             "image {} is outside the directories this site allows for images ({}); use an image from there",
@@ -141,6 +163,26 @@ mod tests {
         let e = check_image_common(d.path(), &["/shared/images".into()]).unwrap_err();
         assert!(e.contains("outside the directories"), "{e}");
         assert!(check_image_common(d.path(), &[d.path().to_path_buf()]).is_ok());
+    }
+
+    #[test]
+    fn a_link_inside_an_allowed_dir_cannot_lead_out_of_it() {
+        let allowed = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), allowed.path().join("img")).unwrap();
+        let e = check_image_common(&allowed.path().join("img"), &[allowed.path().to_path_buf()]).unwrap_err();
+        assert!(e.contains("outside the directories"), "{e}");
+    }
+
+    #[test]
+    fn missing_runtime_binary_is_a_node_fault_after_the_image_checks() {
+        let img = tempfile::tempdir().unwrap();
+        std::fs::create_dir(img.path().join("usr")).unwrap();
+        let rt = Bubblewrap { binary: "/nonexistent/bwrap".into() };
+        let e = check_image(&rt, img.path(), &[]).unwrap_err();
+        assert!(e.starts_with("node fault:") && e.contains("/nonexistent/bwrap"), "{e}");
+        let e = check_image(&rt, Path::new("/nonexistent/image"), &[]).unwrap_err();
+        assert!(e.contains("does not exist"), "a user's mistake is reported as such: {e}");
     }
 
     #[test]
