@@ -42,6 +42,13 @@ impl JobSpec {
         self.job_dir.join(SOCKET_FILE)
     }
 
+    /// Ray's `--temp-dir`: one level inside the job's 0700 temp dir, because
+    /// Ray makes its temp dir world-writable (0777); the parent keeps other
+    /// users out. Short, so Ray's socket paths stay under 107 bytes.
+    pub fn ray_temp_dir(&self) -> PathBuf {
+        self.temp_dir.join("ray")
+    }
+
     /// Nodes that must join before the cluster counts as ready.
     pub fn min_nodes(&self) -> usize {
         match self.config.min_nodes as usize {
@@ -97,6 +104,20 @@ mod tests {
         assert_eq!(d.len(), 8);
         assert_eq!(p, mesh_ports(1234, (45000, 45999)));
         assert_ne!(p, mesh_ports(1235, (45000, 45999)));
+    }
+
+    #[test]
+    fn ray_temp_dir_is_inside_the_private_temp_dir_and_short() {
+        let spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "job_id": 4294967295u32, "uid": 1, "gid": 1, "user": "u", "node": "n", "nodes": ["n"], "index": 0,
+            "cpus": 1, "gpus": [], "image": null, "workdir": "/", "job_dir": "/run/syndeo/4294967295",
+            "temp_dir": "/tmp/syndeo/4294967295", "shm_dir": "/dev/shm/syndeo/4294967295", "config": Config::default()
+        }))
+        .unwrap();
+        let ray = spec.ray_temp_dir();
+        assert!(ray.starts_with(&spec.temp_dir) && ray != spec.temp_dir);
+        // Ray adds "/session_YYYY-MM-DD_HH-MM-SS_UUUUUU_PPPPPPP/sockets/plasma_store" (70 bytes).
+        assert!(ray.as_os_str().len() + 70 < 107, "{}", ray.display());
     }
 
     #[test]

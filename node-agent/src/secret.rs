@@ -1,8 +1,10 @@
-//! Per-job secrets derived from the site key, so every node's prolog computes
-//! the same values on its own without talking to the others:
-//! job secret = HMAC-SHA256(site key, "syndeo job <id>"); from it the mesh's
-//! bearer token and Ray's auth token. Without the root-only site key nobody
-//! can compute another job's values.
+//! Per-job secrets. The mesh's bearer token is derived from the site key, so
+//! every node's prolog computes the same value on its own without talking to
+//! the others: job secret = HMAC-SHA256(site key, "syndeo job <id> uid <uid>"),
+//! mesh token = HMAC(job secret, "mesh"). Without the root-only site key nobody
+//! can compute another job's token. Ray's auth token is not derived: the head's
+//! agent makes it at random (`random_token`) and hands it to the workers over
+//! the authenticated mesh, so it is fresh for every job even if job ids repeat.
 use std::path::Path;
 
 use hmac::{Hmac, Mac};
@@ -16,8 +18,8 @@ fn hmac_hex(key: &[u8], msg: &str) -> String {
     hex::encode(m.finalize().into_bytes())
 }
 
-pub fn job_secret(site_key: &[u8], job_id: u32) -> String {
-    hmac_hex(site_key, &format!("syndeo job {job_id}"))
+pub fn job_secret(site_key: &[u8], job_id: u32, uid: u32) -> String {
+    hmac_hex(site_key, &format!("syndeo job {job_id} uid {uid}"))
 }
 
 /// Bearer token on every mesh RPC of this job.
@@ -25,9 +27,12 @@ pub fn mesh_token(job_secret: &str) -> String {
     hmac_hex(job_secret.as_bytes(), "mesh")
 }
 
-/// Ray's `RAY_AUTH_TOKEN` for this job's cluster.
-pub fn ray_token(job_secret: &str) -> String {
-    hmac_hex(job_secret.as_bytes(), "ray")
+/// 32 random bytes from the kernel, as 64 hex characters (Ray wants 32+).
+pub fn random_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
+    Ok(hex::encode(raw))
 }
 
 /// Constant-time comparison of two tokens.
@@ -37,18 +42,17 @@ pub fn tokens_equal(a: &str, b: &str) -> bool {
 
 /// Writes a new random site key (64 hex chars, mode 0600) unless one exists.
 pub fn keygen(path: &Path) -> anyhow::Result<bool> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     if path.exists() {
         return Ok(false);
     }
-    let mut raw = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
+    let key = random_token()?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
-    f.write_all(hex::encode(raw).as_bytes())?;
+    f.write_all(key.as_bytes())?;
     Ok(true)
 }
 
@@ -58,20 +62,22 @@ mod tests {
 
     #[test]
     fn same_key_and_job_give_the_same_secret_on_every_node() {
-        assert_eq!(job_secret(b"k", 42), job_secret(b"k", 42));
+        assert_eq!(job_secret(b"k", 42, 1000), job_secret(b"k", 42, 1000));
     }
 
     #[test]
-    fn secrets_differ_between_jobs_and_keys() {
-        assert_ne!(job_secret(b"k", 42), job_secret(b"k", 43));
-        assert_ne!(job_secret(b"k", 42), job_secret(b"other", 42));
+    fn secrets_differ_between_jobs_users_and_keys() {
+        assert_ne!(job_secret(b"k", 42, 1000), job_secret(b"k", 43, 1000));
+        assert_ne!(job_secret(b"k", 42, 1000), job_secret(b"k", 42, 1001));
+        assert_ne!(job_secret(b"k", 42, 1000), job_secret(b"other", 42, 1000));
     }
 
     #[test]
-    fn ray_and_mesh_tokens_differ_and_are_long_enough_for_ray() {
-        let s = job_secret(b"k", 1);
-        assert_ne!(mesh_token(&s), ray_token(&s));
-        assert!(ray_token(&s).len() >= 32);
+    fn random_tokens_are_fresh_and_long_enough_for_ray() {
+        let (a, b) = (random_token().unwrap(), random_token().unwrap());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 64);
+        assert_ne!(mesh_token(&job_secret(b"k", 1, 1000)), a);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 #   SYNDEO_RAY_STARTED             `ray start` returned: this node joined the cluster
 #   SYNDEO_RAY_FAILED <message>    Ray could not start; the message says why
 #   SYNDEO_RAY_DIED                this node's raylet ended while the job ran
-# stdin: one JSON line {"args": [...]} with the `ray start` arguments; end of
+# stdin: one JSON line {"args": [...], "env": {...}} with the `ray start` arguments
+# and the secrets (the auth token), which never appear on a command line; end of
 # stdin means "stop": every process of this namespace gets SIGTERM, then SIGKILL.
 import json, os, select, shutil, signal, subprocess, sys, time
 
@@ -63,7 +64,9 @@ say("SYNDEO_LAUNCHER_READY")
 line = sys.stdin.readline()
 if not line:
     sys.exit(0)
-args = json.loads(line)["args"]
+msg = json.loads(line)
+args = msg["args"]
+os.environ.update(msg.get("env", {}))
 signal.signal(signal.SIGTERM, lambda *_: stop_all(0))
 rc = subprocess.call([ray, "start", *args], stdin=subprocess.DEVNULL, stdout=sys.stderr)
 if rc != 0:

@@ -67,7 +67,7 @@ fn prepare(shared: &Arc<Shared>, ip: IpAddr) -> Prepared {
         return Err(format!("node fault: extra bind {} does not exist on {}", bad.src.display(), spec.node));
     }
     let ports = NodePorts::pick(ip).map_err(|e| format!("no free port on {ip}: {e}"))?;
-    let cs = ray::ray_container(spec, &image, &shared.ray_token, &ports);
+    let cs = ray::ray_container(spec, &image, &ports);
     let argv = shared.runtime.command(&cs, &["python3".into(), "-c".into(), ray::LAUNCHER.into()])?;
     let (proc_, events) = RayProcess::spawn(&argv, &spec.job_dir).map_err(|e| format!("node fault: {e:#}"))?;
     shared.ray.try_lock().expect("nobody else holds it yet").replace(proc_);
@@ -115,9 +115,11 @@ async fn head(
     t0: Instant,
 ) -> Result<(), String> {
     let spec = &shared.spec;
+    let token = crate::secret::random_token().map_err(|e| format!("node fault: no random token: {e}"))?;
     publish(shared, |v| {
         v.set_phase(Phase::Starting);
         v.head_node = spec.node.clone();
+        v.ray_token = token;
     });
     let pick = || -> std::io::Result<(u16, u16)> { Ok((ray::free_port(ip).map_err(std::io::Error::other)?, ray::free_port(ip).map_err(std::io::Error::other)?)) };
     let (gcs, dash) = pick().map_err(|e| format!("no free port on {ip}: {e}"))?;
@@ -164,10 +166,25 @@ async fn head(
     watch_own_ray(shared, events).await
 }
 
+/// Starts this node's Ray with the cluster's token, which is also written to
+/// `ray_token` (0600, in the user's 0700 job dir) for the user's own tools.
 async fn start_ray(shared: &Shared, args: &[String]) -> Result<(), String> {
+    let token = shared.view.borrow().ray_token.clone();
+    if token.is_empty() {
+        return Err("node fault: the head sent no Ray auth token".into());
+    }
+    write_private(&shared.spec.job_dir.join(crate::job::RAY_TOKEN_FILE), &token)
+        .map_err(|e| format!("node fault: writing the Ray token in {}: {e}", shared.spec.job_dir.display()))?;
     let mut guard = shared.ray.lock().await;
     let p = guard.as_mut().ok_or("the Ray container is gone")?;
-    p.start(args).await.map_err(|e| format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node))
+    p.start(args, &token).await.map_err(|e| format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node))
+}
+
+fn write_private(path: &std::path::Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.write_all(content.as_bytes())
 }
 
 /// After start: a Ray node that dies while the job runs is reported.

@@ -131,3 +131,65 @@ pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(MeshClient<Channel>, p
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::job::JobSpec;
+
+    fn spec(job_id: u32) -> JobSpec {
+        JobSpec {
+            job_id,
+            uid: 1000,
+            gid: 1000,
+            user: "u".into(),
+            node: "n1".into(),
+            nodes: vec!["n1".into(), "n2".into()],
+            index: 0,
+            cpus: 1,
+            gpus: vec![],
+            image: None,
+            workdir: "/".into(),
+            job_dir: "/nonexistent".into(),
+            temp_dir: "/nonexistent".into(),
+            shm_dir: "/nonexistent".into(),
+            config: Config::default(),
+        }
+    }
+
+    fn with_token<T>(msg: T, token: Option<&str>) -> Request<T> {
+        let mut r = Request::new(msg);
+        if let Some(t) = token {
+            r.metadata_mut().insert(TOKEN_HEADER, t.parse().unwrap());
+        }
+        r
+    }
+
+    /// A real tonic server on loopback: only calls with this job's token and id get an answer.
+    #[tokio::test]
+    async fn mesh_calls_without_the_jobs_token_or_for_another_job_are_refused() {
+        let shared = Arc::new(Shared::new(spec(7), "a".repeat(64)));
+        shared.role.send_replace(Role::Head);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(shared.clone(), listener));
+        let mut client = connect(addr).await.expect("server answers");
+        let join = |job_id| pb::JoinRequest { job_id, node: "n2".into() };
+        let good = "a".repeat(64);
+
+        for (job, token) in [(7, None), (7, Some("b".repeat(64))), (8, Some(good.clone()))] {
+            let e = client.join(with_token(join(job), token.as_deref())).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated, "job {job} token {token:?}");
+        }
+        let e = client.watch(with_token(pb::WatchRequest { job_id: 7, node: "n2".into() }, None)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "the cluster view (and its Ray token) needs the token");
+        let report = pb::NodeReport { job_id: 7, node: "n2".into(), ok: true, message: String::new() };
+        let e = client.report(with_token(report, Some("x"))).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        assert!(shared.reports.lock().await.is_empty(), "a refused report changed the cluster");
+
+        let reply = client.join(with_token(join(7), Some(&good))).await.expect("the job's own agent is answered");
+        assert_eq!(reply.into_inner().role(), PbRole::Head);
+    }
+}

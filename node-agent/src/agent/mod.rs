@@ -35,7 +35,7 @@ pub fn run(job_dir: &Path) -> Result<()> {
         .init();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
-        let shared = Arc::new(Shared::new(spec, secret::mesh_token(&job_secret), secret::ray_token(&job_secret)));
+        let shared = Arc::new(Shared::new(spec, secret::mesh_token(&job_secret)));
         info!(job = shared.spec.job_id, node = %shared.spec.node, index = shared.spec.index, "agent started");
         let listener = local::bind(&shared.spec.socket())?;
         tokio::spawn(local::serve(shared.clone(), listener));

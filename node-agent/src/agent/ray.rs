@@ -53,7 +53,7 @@ fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts) -> Vec<String> {
         "--num-cpus", &spec.cpus.to_string(),
         "--num-gpus", &spec.gpus.len().to_string(),
         "--object-store-memory", &object_store.to_string(),
-        "--temp-dir", &spec.temp_dir.to_string_lossy(),
+        "--temp-dir", &spec.ray_temp_dir().to_string_lossy(),
         "--disable-usage-stats",
     ]
     .iter()
@@ -94,7 +94,10 @@ pub fn job_binds(spec: &JobSpec, cwd: &Path) -> Vec<Bind> {
     b
 }
 
-pub fn ray_container(spec: &JobSpec, image: &Path, ray_token: &str, ports: &NodePorts) -> ContainerSpec {
+/// Ray's container. Its environment is on the runtime's command line, which
+/// every user of the node can read: it holds no secret. The auth token goes
+/// to the launcher on stdin with the `ray start` arguments.
+pub fn ray_container(spec: &JobSpec, image: &Path, ports: &NodePorts) -> ContainerSpec {
     let env = [
         ("HOME", spec.temp_dir.to_string_lossy().into_owned()),
         ("USER", spec.user.clone()),
@@ -102,7 +105,6 @@ pub fn ray_container(spec: &JobSpec, image: &Path, ray_token: &str, ports: &Node
         ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()),
         ("LANG", "C.UTF-8".into()),
         ("RAY_AUTH_MODE", "token".into()),
-        ("RAY_AUTH_TOKEN", ray_token.into()),
         ("RAY_USAGE_STATS_ENABLED", "0".into()),
         ("AUTOSCALER_METRIC_PORT", ports.autoscaler_metrics.to_string()),
         ("DASHBOARD_METRIC_PORT", ports.dashboard_metrics.to_string()),
@@ -174,8 +176,9 @@ impl RayProcess {
         Ok((RayProcess { child, stdin }, rx))
     }
 
-    pub async fn start(&mut self, args: &[String]) -> Result<()> {
-        let line = serde_json::json!({ "args": args }).to_string() + "\n";
+    /// Hands the launcher the `ray start` arguments and the auth token.
+    pub async fn start(&mut self, args: &[String], ray_token: &str) -> Result<()> {
+        let line = serde_json::json!({ "args": args, "env": { "RAY_AUTH_TOKEN": ray_token } }).to_string() + "\n";
         let stdin = self.stdin.as_mut().context("launcher stdin closed")?;
         stdin.write_all(line.as_bytes()).await?;
         stdin.flush().await?;
@@ -205,6 +208,36 @@ pub fn log_tail(dir: &Path, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec() -> JobSpec {
+        serde_json::from_value(serde_json::json!({
+            "job_id": 9, "uid": 1000, "gid": 1000, "user": "u", "node": "n1", "nodes": ["n1"], "index": 0,
+            "cpus": 2, "gpus": [], "image": "/img", "workdir": "/home/u", "job_dir": "/run/syndeo/9",
+            "temp_dir": "/tmp/syndeo/9", "shm_dir": "/dev/shm/syndeo/9", "config": crate::config::Config::default()
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn ray_container_command_line_carries_no_secret_but_token_mode_is_on() {
+        let ports = NodePorts { dashboard_agent: 1, metrics_export: 2, autoscaler_metrics: 3, dashboard_metrics: 4 };
+        let cs = ray_container(&spec(), Path::new("/img"), &ports);
+        assert!(cs.env.iter().all(|(k, _)| !k.contains("TOKEN")), "{:?}", cs.env);
+        assert!(cs.env.contains(&("RAY_AUTH_MODE".into(), "token".into())));
+        use crate::runtime::ContainerRuntime;
+        let argv = crate::runtime::Apptainer { binary: "/usr/bin/apptainer".into() }.command(&cs, &[]).unwrap();
+        assert!(argv.iter().all(|a| !a.contains("TOKEN")), "{argv:?}");
+    }
+
+    #[test]
+    fn ray_gets_the_allocation_and_a_private_temp_dir() {
+        let ports = NodePorts { dashboard_agent: 1, metrics_export: 2, autoscaler_metrics: 3, dashboard_metrics: 4 };
+        let a = head_args(&spec(), "10.0.0.1".parse().unwrap(), 6379, 8265, &ports);
+        let has = |k: &str, v: &str| a.windows(2).any(|w| w[0] == k && w[1] == v);
+        assert!(has("--num-cpus", "2") && has("--num-gpus", "0"), "{a:?}");
+        assert!(has("--temp-dir", "/tmp/syndeo/9/ray"), "{a:?}");
+        assert!(has("--include-dashboard", "false") && has("--node-ip-address", "10.0.0.1"), "{a:?}");
+    }
 
     #[test]
     fn launcher_lines_parse_and_other_output_is_ignored() {

@@ -29,7 +29,6 @@ pub struct Shared {
     pub spec: JobSpec,
     pub runtime: Box<dyn ContainerRuntime>,
     pub mesh_token: String,
-    pub ray_token: String,
     pub role: watch::Sender<Role>,
     pub view: watch::Sender<ClusterView>,
     pub local: watch::Sender<Local>,
@@ -39,12 +38,11 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(spec: JobSpec, mesh_token: String, ray_token: String) -> Shared {
+    pub fn new(spec: JobSpec, mesh_token: String) -> Shared {
         let runtime = runtime::from_config(&spec.config);
         Shared {
             runtime,
             mesh_token,
-            ray_token,
             role: watch::channel(Role::Undecided).0,
             view: watch::channel(ClusterView::default()).0,
             local: watch::channel(Local::Starting("electing a head".into())).0,
@@ -78,7 +76,7 @@ impl Shared {
         let mut env = BTreeMap::new();
         env.insert("RAY_ADDRESS".into(), v.gcs_address.clone());
         env.insert("RAY_AUTH_MODE".into(), "token".into());
-        env.insert("RAY_AUTH_TOKEN".into(), self.ray_token.clone());
+        env.insert("RAY_AUTH_TOKEN".into(), v.ray_token.clone());
         env.insert("RAY_USAGE_STATS_ENABLED".into(), "0".into());
         env.insert("SYNDEO_JOB_DIR".into(), s.job_dir.display().to_string());
         env.insert("SYNDEO_HEAD".into(), v.head_node.clone());

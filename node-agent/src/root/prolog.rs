@@ -21,7 +21,7 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 
 use crate::cli::PrologArgs;
 use crate::config::Config;
-use crate::job::{JobSpec, JOB_MARKER_ENV, RAY_TOKEN_FILE, SECRET_FILE, SPEC_FILE};
+use crate::job::{JobSpec, JOB_MARKER_ENV, SECRET_FILE, SPEC_FILE};
 use crate::root::dirs::{chown_in, ensure_root_base, make_job_dir, open_dir_nofollow};
 use crate::root::privdrop::{drop_to, Identity};
 use crate::root::procs;
@@ -150,12 +150,8 @@ fn write_job_dir(base: &File, base_path: &Path, spec: &JobSpec) -> Result<()> {
     let dir = open_dir_nofollow(&base_path.join(&name))?;
     let key = std::fs::read_to_string(&spec.config.site_key)
         .with_context(|| format!("reading the site key {} (run `syndeo-agent keygen`)", spec.config.site_key.display()))?;
-    let job_secret = secret::job_secret(key.trim().as_bytes(), spec.job_id);
-    let files = [
-        (SPEC_FILE, serde_json::to_string_pretty(spec)?),
-        (SECRET_FILE, job_secret.clone()),
-        (RAY_TOKEN_FILE, secret::ray_token(&job_secret)),
-    ];
+    let job_secret = secret::job_secret(key.trim().as_bytes(), spec.job_id, spec.uid);
+    let files = [(SPEC_FILE, serde_json::to_string_pretty(spec)?), (SECRET_FILE, job_secret)];
     for (file, content) in files {
         let path = PathBuf::from(format!("/proc/self/fd/{}/{file}", dir.as_raw_fd()));
         let mut f = std::fs::OpenOptions::new()
