@@ -4,8 +4,8 @@
 //! path a user controls is ever followed.
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use nix::fcntl::{AtFlags, OFlag};
@@ -22,22 +22,54 @@ pub fn open_dir_nofollow(path: &Path) -> std::io::Result<File> {
 
 /// Ensures `base` is a root-owned directory not writable by group or others,
 /// creating it (and its parents) with `mode` when missing.
+///
+/// In a sticky, world-writable parent such as /tmp or /dev/shm any user may
+/// have created `base` first (a link, a file, their own directory). Such an
+/// entry is renamed aside (`<base>.untrusted-<pid>`), never followed, and a
+/// fresh directory made: a user cannot make the prolog fail and so drain the
+/// node. Anywhere else a wrong entry is the admin's to fix: an error.
 pub fn ensure_root_base(base: &Path, mode: u32) -> Result<File> {
-    if !base.exists() {
-        std::fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
-        std::fs::set_permissions(base, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+    for _ in 0..3 {
+        match open_dir_nofollow(base) {
+            Ok(dir) => {
+                let meta = dir.metadata()?;
+                if meta.uid() == 0 && meta.mode() & 0o022 == 0 {
+                    return Ok(dir);
+                }
+                let why = format!("owner {}, mode {:o}", meta.uid(), meta.mode() & 0o7777);
+                move_aside_or_fail(base, &why)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(parent) = base.parent() {
+                    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+                }
+                match std::fs::DirBuilder::new().mode(mode).create(base) {
+                    Ok(()) => std::fs::set_permissions(base, std::fs::Permissions::from_mode(mode))?,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {} // raced: look again
+                    Err(e) => return Err(e).with_context(|| format!("creating {}", base.display())),
+                }
+            }
+            // A link (ELOOP) or a non-directory (ENOTDIR) in its place.
+            Err(e) => move_aside_or_fail(base, &e.to_string())?,
+        }
     }
-    let dir = open_dir_nofollow(base).with_context(|| format!("{} must be a directory, not a link", base.display()))?;
-    let meta = dir.metadata()?;
-    if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
-        bail!(
-            "{} must be owned by root and not writable by group or others (owner {}, mode {:o})",
-            base.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        );
+    bail!("{} keeps being replaced while syndeo creates it; check who writes there", base.display())
+}
+
+fn move_aside_or_fail(base: &Path, why: &str) -> Result<()> {
+    let parent = base.parent().unwrap_or(Path::new("/"));
+    let pmeta = std::fs::symlink_metadata(parent).with_context(|| format!("stat {}", parent.display()))?;
+    let shared_tmp = pmeta.is_dir() && pmeta.mode() & 0o1002 == 0o1002;
+    if !shared_tmp {
+        bail!("{} must be a directory owned by root and not writable by group or others ({why})", base.display());
     }
-    Ok(dir)
+    let aside = base.with_file_name(format!(
+        "{}.untrusted-{}",
+        base.file_name().and_then(|n| n.to_str()).unwrap_or("syndeo"),
+        std::process::id()
+    ));
+    eprintln!("warning: {} was not root's ({why}); moved it to {}", base.display(), aside.display());
+    std::fs::rename(base, &aside).with_context(|| format!("moving {} aside", base.display()))
 }
 
 /// Creates `name` in the opened root-owned `parent`, mode 0700, owned by
@@ -61,6 +93,22 @@ pub fn chown_in(parent: &File, name: &str, uid: u32, gid: u32) -> Result<()> {
         AtFlags::AT_SYMLINK_NOFOLLOW,
     )?;
     Ok(())
+}
+
+/// Removes `name` (a job's directory) from the root-owned directory `base`,
+/// resolving `base` once, without following a link in its place: if `base`
+/// is not root's, nothing of syndeo's is in it and nothing is removed.
+pub fn remove_in_root_base(base: &Path, name: &str) -> Result<()> {
+    let dir = match open_dir_nofollow(base) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => bail!("{} is not a directory of root's ({e}); removed nothing there", base.display()),
+    };
+    let meta = dir.metadata()?;
+    if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+        bail!("{} is not root's (owner {}); removed nothing there", base.display(), meta.uid());
+    }
+    remove_entry(&PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd())))
 }
 
 /// Removes a file, link or whole tree at `path` without following links
@@ -90,6 +138,33 @@ mod tests {
         remove_entry(&job).unwrap();
         assert!(!job.exists());
         assert!(victim.join("keep").exists(), "the link's target must survive");
+    }
+
+    #[test]
+    fn a_base_that_is_not_roots_is_refused_outside_a_sticky_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().join("syndeo");
+        std::os::unix::fs::symlink("/etc", &base).unwrap();
+        // tempdir is 0700, not sticky: the admin must fix it, nothing is moved.
+        let e = ensure_root_base(&base, 0o755).unwrap_err().to_string();
+        assert!(e.contains("must be a directory owned by root"), "{e}");
+        assert!(std::fs::symlink_metadata(&base).unwrap().file_type().is_symlink());
+    }
+
+    #[test]
+    fn removal_through_a_base_that_is_a_link_removes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::create_dir_all(victim.join("42")).unwrap();
+        std::os::unix::fs::symlink(&victim, d.path().join("base")).unwrap();
+        assert!(remove_in_root_base(&d.path().join("base"), "42").is_err());
+        assert!(victim.join("42").exists(), "followed the link");
+        // Through a real base the job's entry goes.
+        let base = d.path().join("real");
+        std::fs::create_dir_all(base.join("42/sub")).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        remove_in_root_base(&base, "42").unwrap();
+        assert!(!base.join("42").exists() && base.exists());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use crate::cli::EpilogArgs;
 use crate::config::Config;
 use crate::job::JOB_MARKER_ENV;
-use crate::root::dirs::remove_entry;
+use crate::root::dirs::remove_in_root_base;
 use crate::root::procs::{self, job_processes};
 use crate::root::prolog::AGENTS_DIR;
 
@@ -36,12 +36,12 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
     }
 
     let survivors = kill_all(c.uid, &name, agent.map(|(pid, _)| pid));
-    for dir in [c.runtime_base.join(&name), config.temp_base.join(&name), config.shm_base.join(&name)] {
-        if let Err(e) = remove_entry(&dir) {
+    for base in [&c.runtime_base, &config.temp_base, &config.shm_base] {
+        if let Err(e) = remove_in_root_base(base, &name) {
             eprintln!("{e:#}");
         }
     }
-    remove_entry(&record)?;
+    remove_in_root_base(&c.runtime_base.join(AGENTS_DIR), &name)?;
     if !survivors.is_empty() {
         bail!("processes of job {name} survived SIGKILL: {survivors:?}");
     }
