@@ -176,3 +176,68 @@ pub fn leftovers(job: u32, user: &str) -> Vec<String> {
     }
     found
 }
+
+impl Job {
+    /// Waits until the job's stdout has a line starting with `prefix`; returns
+    /// the rest of that line. Panics with the output if the job ends first.
+    pub fn wait_line(&self, prefix: &str, limit: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            if let Some(l) = self.stdout().lines().find_map(|l| l.strip_prefix(prefix)) {
+                return l.to_string();
+            }
+            let state = self.field("JobState").unwrap_or_default();
+            assert!(
+                matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | ""),
+                "job {} is {state} without printing {prefix}: {}",
+                self.id,
+                self.output()
+            );
+            assert!(start.elapsed() < limit, "job {} printed no {prefix} within {limit:?}: {}", self.id, self.output());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+/// All processes on this machine (every node shares its PID namespace) that
+/// carry syndeo's marker for `job`: the agent, the container runtime and Ray.
+pub fn marked_processes(job: u32) -> Vec<i32> {
+    let want = format!("SYNDEO_JOB_ID={job}");
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if env.split(|&b| b == 0).any(|kv| kv == want.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// A field of /proc/PID/status ("CapEff", "NoNewPrivs", "Uid", "Groups", ...).
+pub fn proc_status(pid: i32, field: &str) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+}
+
+pub fn proc_cmdline(pid: i32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&raw).replace('\0', " ")
+}
+
+/// Every command line on the machine, for secrets that must not be there.
+pub fn all_cmdlines() -> Vec<(i32, String)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .map(|p| (p, proc_cmdline(p)))
+        .collect()
+}
+
+/// `id -u` / `id -G` of a user, as numbers.
+pub fn user_ids(user: &str) -> (u32, Vec<u32>) {
+    let uid = text(&run(&["id", "-u", user])).trim().parse().unwrap();
+    let groups = text(&run(&["id", "-G", user])).split_whitespace().map(|g| g.parse().unwrap()).collect();
+    (uid, groups)
+}

@@ -71,3 +71,21 @@ fn job_without_syndeo_triggers_nothing() {
         assert!(!node_path_exists(&n, &format!("/run/syndeo/{}", job.id)));
     }
 }
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn installed_plugin_exports_only_the_symbols_slurm_looks_up() {
+    let so = "/usr/lib/x86_64-linux-gnu/slurm-wlm/syndeo.so";
+    let o = run(&["nm", "-D", "--defined-only", so]);
+    assert!(o.status.success(), "nm {so}: {}", text(&o));
+    let symbols: Vec<String> =
+        String::from_utf8_lossy(&o.stdout).lines().filter_map(|l| l.split_whitespace().last().map(str::to_string)).collect();
+    for required in ["plugin_name", "plugin_type", "plugin_version", "slurm_spank_init", "slurm_spank_job_prolog", "slurm_spank_job_epilog"] {
+        assert!(symbols.iter().any(|s| s == required), "{required} is not exported: {symbols:?}");
+    }
+    let extra: Vec<&String> = symbols
+        .iter()
+        .filter(|s| !matches!(s.as_str(), "plugin_name" | "plugin_type" | "plugin_version") && !s.starts_with("slurm_spank_"))
+        .collect();
+    assert!(extra.is_empty(), "exported beyond the plugin's symbols: {extra:?}");
+}
