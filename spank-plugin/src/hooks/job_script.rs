@@ -62,7 +62,12 @@ pub fn epilog(sp: &Spank) -> Result<(), ()> {
         return Ok(());
     }
     log_info(&format!("syndeo: epilog for job {job}: stopping the cluster and cleaning up"));
-    run(agent_command(&cfg, "epilog", job, uid), EPILOG_LIMIT, "epilog")
+    let start = Instant::now();
+    let result = run(agent_command(&cfg, "epilog", job, uid), EPILOG_LIMIT, "epilog");
+    if result.is_ok() {
+        log_info(&format!("syndeo: epilog for job {job}: node clean in {} ms", start.elapsed().as_millis()));
+    }
+    result
 }
 
 fn ids(sp: &Spank) -> Result<(u32, u32, u32), ()> {
