@@ -8,10 +8,16 @@
 # stdin: one JSON line {"args": [...], "env": {...}} with the `ray start` arguments
 # and the secrets (the auth token), which never appear on a command line; end of
 # stdin means "stop": every process of this namespace gets SIGTERM, then SIGKILL.
-import json, os, select, shutil, signal, subprocess, sys, time
+import json, os, select, shutil, signal, sys, time
+
+# The protocol channel is a private copy of stdout; fd 1 itself becomes
+# stderr (the node's ray.log), so nothing Ray or its daemons print can
+# reach the agent as a protocol line.
+_proto = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
 
 def say(*words):
-    print(*words, flush=True)
+    print(*words, file=_proto, flush=True)
 
 def others():
     me = os.getpid()
@@ -55,7 +61,9 @@ if not ray:
     say("SYNDEO_RAY_FAILED", "the image has no `ray` command on its PATH; install Ray in the image (pip install ray)")
     sys.exit(3)
 try:
-    import ray as _preload  # loads Ray's modules while the head comes up
+    # Ray's modules load here, while the election runs and the head comes up;
+    # `ray start` then runs in this process and does not load them again.
+    from ray.scripts.scripts import cli as ray_cli
 except Exception as e:
     say("SYNDEO_RAY_FAILED", f"`import ray` fails in the image: {e}")
     sys.exit(3)
@@ -68,9 +76,20 @@ msg = json.loads(line)
 args = msg["args"]
 os.environ.update(msg.get("env", {}))
 signal.signal(signal.SIGTERM, lambda *_: stop_all(0))
-rc = subprocess.call([ray, "start", *args], stdin=subprocess.DEVNULL, stdout=sys.stderr)
-if rc != 0:
-    say("SYNDEO_RAY_FAILED", f"`ray start` exited with status {rc}")
+def ray_start(args):
+    """`ray start ARGS` in this process; None when it worked, else why not."""
+    try:
+        ray_cli.main(args=["start", *args], prog_name="ray", standalone_mode=False)
+        return None
+    except SystemExit as e:
+        return None if e.code in (0, None) else f"`ray start` exited with status {e.code}"
+    except Exception as e:
+        return f"`ray start` failed: {type(e).__name__}: {e}"
+
+err = ray_start(args)
+sys.stdout.flush()
+if err:
+    say("SYNDEO_RAY_FAILED", err)
     stop_all(4)
 say("SYNDEO_RAY_STARTED")
 

@@ -116,16 +116,45 @@ async fn head(
 ) -> Result<(), String> {
     let spec = &shared.spec;
     let token = crate::secret::random_token().map_err(|e| format!("node fault: no random token: {e}"))?;
+    let pick = || -> std::io::Result<(u16, u16)> { Ok((ray::free_port(ip).map_err(std::io::Error::other)?, ray::free_port(ip).map_err(std::io::Error::other)?)) };
+    let (gcs, dash) = pick().map_err(|e| format!("no free port on {ip}: {e}"))?;
     publish(shared, |v| {
         v.set_phase(Phase::Starting);
         v.head_node = spec.node.clone();
         v.ray_token = token;
     });
-    let pick = || -> std::io::Result<(u16, u16)> { Ok((ray::free_port(ip).map_err(std::io::Error::other)?, ray::free_port(ip).map_err(std::io::Error::other)?)) };
-    let (gcs, dash) = pick().map_err(|e| format!("no free port on {ip}: {e}"))?;
     let args = ray::head_args(spec, ip, gcs, dash, &ports);
     start_ray(shared, &args).await?;
-    if let Err(m) = started(shared, &mut events, "Ray head").await {
+    // The GCS address goes out as soon as the GCS accepts connections, before
+    // the head's `ray start` returns: the workers' start overlaps the rest of
+    // the head's (its raylet and agents). Earlier, they would only poll a GCS
+    // that is not there yet, and on a busy node that costs more than it saves.
+    let gcs_address = format!("{ip}:{gcs}");
+    let publish_address = || publish(shared, |v| v.gcs_address = gcs_address.clone());
+    let mut published = false;
+    let result = {
+        let head_started = started(shared, &mut events, "Ray head");
+        let gcs_up = async {
+            while tokio::net::TcpStream::connect((ip, gcs)).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::pin!(head_started, gcs_up);
+        loop {
+            tokio::select! {
+                _ = &mut gcs_up, if !published => {
+                    info!("GCS up after {:?}; workers may start", t0.elapsed());
+                    publish_address();
+                    published = true;
+                }
+                r = &mut head_started => break r,
+            }
+        }
+    };
+    if result.is_ok() && !published {
+        publish_address();
+    }
+    if let Err(m) = result {
         publish(shared, |v| {
             v.set_phase(Phase::Failed);
             v.message = m.clone();
@@ -134,7 +163,6 @@ async fn head(
     }
     info!("Ray head started in {:?}", t0.elapsed());
     publish(shared, |v| {
-        v.gcs_address = format!("{ip}:{gcs}");
         if spec.config.dashboard {
             v.dashboard_url = format!("http://{ip}:{dash}");
         }
@@ -247,7 +275,8 @@ async fn worker(
         .await
         .map_err(|e| format!("cannot watch the head node {head_node}: {}", e.message()))?
         .into_inner();
-    let mut ray_started = false;
+    // `ray start` was sent / this node's Ray joined.
+    let (mut sent, mut joined) = (false, false);
     loop {
         tokio::select! {
             msg = stream.message() => {
@@ -255,35 +284,40 @@ async fn worker(
                     Ok(Some(v)) => v,
                     _ => return Err(format!("lost contact with the head node {head_node}'s agent")),
                 };
-                let phase = v.phase();
-                let gcs = v.gcs_address.clone();
+                let (phase, gcs) = (v.phase(), v.gcs_address.clone());
                 shared.view.send_replace(v);
                 sync_local(shared);
-                if matches!(phase, Phase::HeadReady | Phase::Ready) && !ray_started {
-                    ray_started = true;
-                    let args = ray::worker_args(spec, ip, &gcs, &ports);
-                    start_ray(shared, &args).await?;
-                    match started(shared, &mut events, "Ray worker").await {
-                        Ok(()) => {
-                            info!("Ray worker joined");
-                            head.report(report(true, String::new())).await.map_err(|e| e.message().to_string())?;
-                        }
-                        Err(m) => {
-                            let _ = head.report(report(false, m.clone())).await;
-                            return Err(m);
-                        }
-                    }
-                }
                 if phase == Phase::Failed {
                     return Err(shared.view.borrow().message.clone());
                 }
-            }
-            ev = events.recv(), if ray_started => {
-                if matches!(ev, Some(Event::Died) | Some(Event::Exited) | None) {
-                    let m = format!("the Ray node on {} ended while the job ran: {}", spec.node, ray::log_tail(&spec.job_dir, 3));
-                    let _ = head.report(report(false, m.clone())).await;
-                    return Err(m);
+                if !sent && !gcs.is_empty() {
+                    sent = true;
+                    // A launcher that cannot take the arguments says why on its events.
+                    if let Err(e) = start_ray(shared, &ray::worker_args(spec, ip, &gcs, &ports)).await {
+                        warn!("{e}");
+                    }
                 }
+            }
+            ev = events.recv(), if sent => {
+                let failure = match ev {
+                    Some(Event::LauncherReady) => continue,
+                    Some(Event::Started) if !joined => {
+                        joined = true;
+                        info!("Ray worker joined");
+                        head.report(report(true, String::new())).await.map_err(|e| e.message().to_string())?;
+                        continue;
+                    }
+                    Some(Event::Started) => continue,
+                    Some(Event::Failed(m)) => format!("Ray worker on {}: {m}", spec.node),
+                    Some(Event::Died) | Some(Event::Exited) | None if joined => {
+                        format!("the Ray node on {} ended while the job ran: {}", spec.node, ray::log_tail(&spec.job_dir, 3))
+                    }
+                    Some(Event::Died) | Some(Event::Exited) | None => {
+                        format!("Ray worker on {}: the container ended early: {}", spec.node, ray::log_tail(&spec.job_dir, 4))
+                    }
+                };
+                let _ = head.report(report(false, failure.clone())).await;
+                return Err(failure);
             }
         }
     }

@@ -111,6 +111,8 @@ pub fn ray_container(spec: &JobSpec, image: &Path, ports: &NodePorts) -> Contain
         ("CUDA_VISIBLE_DEVICES", spec.gpus.join(",")),
         (JOB_MARKER_ENV, spec.job_id.to_string()),
         ("PYTHONUNBUFFERED", "1".into()),
+        // Workers start alongside the head and wait for its GCS this long.
+        ("RAY_gcs_rpc_server_connect_timeout_s", spec.config.startup_timeout.to_string()),
     ];
     ContainerSpec {
         image: image.into(),
