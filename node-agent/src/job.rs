@@ -34,6 +34,9 @@ pub const SECRET_FILE: &str = "secret";
 pub const SOCKET_FILE: &str = "agent.sock";
 pub const LOG_FILE: &str = "agent.log";
 pub const RAY_TOKEN_FILE: &str = "ray_token";
+/// Written by the prolog instead of starting an agent when the job cannot
+/// have a cluster on this node; holds the reason (the plugin reads it).
+pub const FAILED_FILE: &str = "failed";
 /// Marks every process of a syndeo job's cluster (the epilog looks for it).
 pub const JOB_MARKER_ENV: &str = "SYNDEO_JOB_ID";
 

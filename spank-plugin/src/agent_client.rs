@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+/// Left by the prolog, in place of an agent, when the job cannot have a
+/// cluster on this node (syndeo-agent's `job::FAILED_FILE`).
+pub const FAILED_FILE: &str = "failed";
+
 /// The agent's answer to `wait`.
 #[derive(Debug, Deserialize, PartialEq)]
 #[serde(tag = "state", rename_all = "lowercase")]
@@ -25,6 +29,9 @@ pub enum WaitReply {
 /// at most `timeout`. A missing socket is retried briefly: the prolog returns
 /// as soon as the agent has started, and the socket appears right after.
 pub fn wait_ready(socket: &Path, timeout: Duration) -> Result<WaitReply, String> {
+    if let Some(error) = socket.parent().and_then(|d| std::fs::read_to_string(d.join(FAILED_FILE)).ok()) {
+        return Ok(WaitReply::Failed { error });
+    }
     let deadline = Instant::now() + timeout;
     let connect_deadline = deadline.min(Instant::now() + Duration::from_secs(10));
     let stream = loop {
@@ -82,6 +89,16 @@ mod tests {
     #[test]
     fn garbage_is_an_error() {
         assert!(parse_reply("hello").is_err());
+    }
+
+    #[test]
+    fn a_failure_left_by_the_prolog_is_the_answer_without_an_agent() {
+        let d = std::env::temp_dir().join(format!("syndeo-client-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(FAILED_FILE), "site config is invalid").unwrap();
+        let r = wait_ready(&d.join("agent.sock"), Duration::from_secs(5)).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+        assert_eq!(r, WaitReply::Failed { error: "site config is invalid".into() });
     }
 
     #[test]

@@ -21,7 +21,7 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 
 use crate::cli::PrologArgs;
 use crate::config::Config;
-use crate::job::{JobSpec, JOB_MARKER_ENV, SECRET_FILE, SPEC_FILE};
+use crate::job::{JobSpec, FAILED_FILE, JOB_MARKER_ENV, SECRET_FILE, SPEC_FILE};
 use crate::root::dirs::{chown_in, ensure_root_base, make_job_dir, open_dir_nofollow};
 use crate::root::privdrop::{drop_to, Identity};
 use crate::root::procs;
@@ -32,8 +32,13 @@ pub const AGENTS_DIR: &str = ".agents";
 
 pub fn run(a: &PrologArgs) -> Result<()> {
     mark_inherited_fds_cloexec();
-    let config = Config::load(&a.common.config)?;
     let id = Identity::lookup(a.common.uid, a.gid)?;
+    let config = match Config::load(&a.common.config) {
+        Ok(c) => c,
+        // A broken site config must not drain every node it reaches: syndeo
+        // jobs fail with the reason, other jobs run on.
+        Err(e) => return fail_job(a, &id, &format!("syndeo's site configuration is invalid, ask the admins to fix it: {e}")),
+    };
     let spec = job_spec(a, &id, config)?;
 
     let base = ensure_root_base(&a.common.runtime_base, 0o755)?;
@@ -96,6 +101,28 @@ pub fn run(a: &PrologArgs) -> Result<()> {
     }
     eprintln!("node agent did not open {} within 10 s", socket.display());
     Ok(())
+}
+
+/// Leaves `<job dir>/failed` (the user's, 0600) with `message` and starts no
+/// agent: the job's steps print the message and fail; the node stays in
+/// service. The message also goes to slurmd's log.
+fn fail_job(a: &PrologArgs, id: &Identity, message: &str) -> Result<()> {
+    eprintln!("{message}");
+    let base = ensure_root_base(&a.common.runtime_base, 0o755)?;
+    let name = a.common.job.to_string();
+    make_job_dir(&base, &a.common.runtime_base, &name, 0, 0)?;
+    let dir = open_dir_nofollow(&a.common.runtime_base.join(&name))?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}/{FAILED_FILE}", dir.as_raw_fd()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(OFlag::O_NOFOLLOW.bits())
+        .open(&path)
+        .context("writing the job's failure")?;
+    f.write_all(message.as_bytes())?;
+    chown_in(&dir, FAILED_FILE, id.uid, id.gid)?;
+    chown_in(&base, &name, id.uid, id.gid)
 }
 
 fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
