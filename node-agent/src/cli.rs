@@ -37,8 +37,13 @@ pub enum Cmd {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
-    /// Inside a job: this node's agent log
-    Logs,
+    /// Inside a job: run CMD in the job's image on this node (like `srun --syndeo CMD`)
+    Exec {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        cmd: Vec<std::ffi::OsString>,
+    },
+    /// Inside a job: this node's agent and Ray logs, or NODE's
+    Logs { node: Option<String> },
 }
 
 #[derive(Args, Debug)]

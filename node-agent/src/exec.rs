@@ -4,7 +4,8 @@
 //! container command line and exec it with CMD appended, keeping the task's
 //! environment (RAY_ADDRESS and Slurm's variables included).
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
@@ -23,36 +24,43 @@ pub fn run_wrapper(argv0: String) -> ExitCode {
         eprintln!("syndeo: {argv0} was not started; `syndeo logs` or the job dir's agent.log has details");
         return ExitCode::from(1);
     }
-    let fail = |msg: String| {
-        eprintln!("syndeo: srun --syndeo: {msg}");
-        ExitCode::from(127)
-    };
     let Some(dir) = std::env::var_os(EXEC_JOB_DIR_ENV).map(PathBuf::from) else {
-        return fail(format!("{EXEC_JOB_DIR_ENV} is not set"));
+        eprintln!("syndeo: srun --syndeo: {EXEC_JOB_DIR_ENV} is not set");
+        return ExitCode::from(127);
     };
+    let mut argv = vec![OsString::from(argv0)];
+    argv.extend(std::env::args_os().skip(1));
+    let err = exec_in_image(&dir, &argv);
+    eprintln!("syndeo: srun --syndeo: {err:#}");
+    ExitCode::from(127)
+}
+
+/// Replaces this process with `argv` run in the job's image (the node's agent
+/// at `job_dir` gives the container command), keeping the environment
+/// (RAY_ADDRESS and Slurm's variables included). Returns only on failure.
+pub fn exec_in_image(job_dir: &Path, argv: &[OsString]) -> anyhow::Error {
     let cwd = std::env::current_dir().ok();
     let reply = match crate::agent::local_request(
-        &dir.join(SOCKET_FILE),
+        &job_dir.join(SOCKET_FILE),
         &json!({ "op": "exec_spec", "cwd": cwd }),
         Duration::from_secs(30),
     ) {
         Ok(r) => r,
-        Err(e) => return fail(format!("{e:#}")),
+        Err(e) => return e,
     };
     if let Some(e) = reply.get("error").and_then(|e| e.as_str()) {
-        return fail(e.to_string());
+        return anyhow::anyhow!("{e}");
     }
-    let argv: Vec<String> = match reply.get("argv").and_then(|a| serde_json::from_value(a.clone()).ok()) {
+    let prefix: Vec<String> = match reply.get("argv").and_then(|a| serde_json::from_value(a.clone()).ok()) {
         Some(a) => a,
-        None => return fail(format!("bad answer from the node agent: {reply}")),
+        None => return anyhow::anyhow!("bad answer from the node agent: {reply}"),
     };
-    let Some((program, prefix)) = argv.split_first() else { return fail("empty container command".into()) };
+    let Some((program, rest)) = prefix.split_first() else { return anyhow::anyhow!("empty container command") };
     let err = Command::new(program)
-        .args(prefix)
-        .arg(&argv0)
-        .args(std::env::args_os().skip(1))
+        .args(rest)
+        .args(argv)
         .env_remove(EXEC_ARGV0_ENV)
         .env_remove(EXEC_JOB_DIR_ENV)
         .exec();
-    fail(format!("cannot run {program}: {err}"))
+    anyhow::anyhow!("cannot run {program}: {err}")
 }

@@ -38,7 +38,8 @@ fn main() -> ExitCode {
         }),
         cli::Cmd::Status { json } => user_cli::status(json),
         cli::Cmd::Wait { timeout } => user_cli::wait(timeout),
-        cli::Cmd::Logs => user_cli::logs(),
+        cli::Cmd::Exec { cmd } => user_cli::exec(&cmd),
+        cli::Cmd::Logs { node } => user_cli::logs(node.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
-//! `syndeo status | wait | logs`: for users inside a syndeo job (the job's
-//! steps have SYNDEO_JOB_DIR set). Readable output by default, `--json` for scripts.
+//! `syndeo status | wait | exec | logs`: for users inside a syndeo job (the
+//! job's steps have SYNDEO_JOB_DIR set). Readable output by default, `--json`
+//! for scripts.
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -51,7 +52,28 @@ pub fn wait(timeout: u64) -> Result<()> {
     }
 }
 
-pub fn logs() -> Result<()> {
+/// Runs `argv` in the job's image on this node (as `srun --syndeo` does).
+pub fn exec(argv: &[std::ffi::OsString]) -> Result<()> {
+    if argv.is_empty() {
+        bail!("syndeo exec needs a command, e.g. syndeo exec python3 driver.py");
+    }
+    Err(crate::exec::exec_in_image(&job_dir()?, argv))
+}
+
+/// This node's agent and Ray logs for the job; with `node`, that node's,
+/// through a one-task step that overlaps the job's others.
+pub fn logs(node: Option<&str>) -> Result<()> {
+    if let Some(node) = node {
+        let job = std::env::var("SLURM_JOB_ID").context("SLURM_JOB_ID is not set: run this inside the job")?;
+        let me = std::env::current_exe().context("locating syndeo")?;
+        use std::os::unix::process::CommandExt;
+        let err = std::process::Command::new("srun")
+            .args(["--overlap", "--jobid", &job, "-N1", "-n1", "-w", node, "--quiet"])
+            .arg(me)
+            .arg("logs")
+            .exec();
+        bail!("cannot run srun: {err}");
+    }
     let dir = job_dir()?;
     for f in [LOG_FILE, "ray.log"] {
         let p = dir.join(f);

@@ -91,3 +91,26 @@ fn srun_without_syndeo_in_a_syndeo_job_runs_on_the_host_with_ray_address() {
     assert!(out.contains("ON_HOST"), "plain srun ran in the image: {out}");
     assert!(out.contains("IN_IMAGE"), "srun --syndeo ran on the host: {out}");
 }
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn syndeo_cli_reports_status_runs_in_the_image_and_shows_any_nodes_logs() {
+    let image = image();
+    let dir = workdir(USER_A, "cli");
+    let script = r#"#!/bin/bash
+syndeo status
+syndeo status --json | python3 -c 'import json, sys; d = json.load(sys.stdin); print("JSON", d["state"], len(d["ready_nodes"]), d["head"])'
+syndeo wait --timeout 10 && echo WAIT_OK
+syndeo exec sh -c 'test -x /usr/bin/sbatch || echo EXEC_IN_IMAGE'
+syndeo logs | grep -q "agent started" && echo LOGS_HERE
+syndeo logs node2 | grep -q "node=node2" && echo LOGS_NODE2
+"#;
+    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], script);
+    assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+    let out = job.stdout();
+    assert!(out.contains("ready") && out.contains("head:        node1"), "{}", job.output());
+    assert!(out.contains("JSON ready 2 node1"), "{}", job.output());
+    for word in ["WAIT_OK", "EXEC_IN_IMAGE", "LOGS_HERE", "LOGS_NODE2"] {
+        assert!(out.contains(word), "{word} missing: {}", job.output());
+    }
+}
