@@ -241,3 +241,60 @@ pub fn user_ids(user: &str) -> (u32, Vec<u32>) {
     let groups = text(&run(&["id", "-G", user])).split_whitespace().map(|g| g.parse().unwrap()).collect();
     (uid, groups)
 }
+
+/// The test image without Ray: a hard-linked copy (`cp -al`, no data copied)
+/// with Ray's command and package removed; cached beside the image.
+pub fn image_without_ray() -> String {
+    let image = image();
+    let noray = format!("{image}-noray");
+    if !Path::new(&format!("{noray}/.complete")).exists() {
+        let _ = std::fs::remove_dir_all(&noray);
+        let o = run(&["cp", "-al", &image, &noray]);
+        assert!(o.status.success(), "cp -al: {}", text(&o));
+        for p in ["usr/local/bin/ray", "usr/local/lib/python3.11/dist-packages/ray"] {
+            let o = run(&["rm", "-rf", &format!("{noray}/{p}")]);
+            assert!(o.status.success(), "{}", text(&o));
+        }
+        std::fs::write(format!("{noray}/.complete"), "").unwrap();
+    }
+    noray
+}
+
+/// The PID of `node`'s slurmd (its namespaces are the node's).
+pub fn slurmd_pid(node: &str) -> i32 {
+    std::fs::read_to_string(format!("/run/slurmd-{node}.pid")).unwrap().trim().parse().unwrap()
+}
+
+/// The PID of the node agent of `job` on `node`.
+pub fn agent_pid(job: u32, node: &str) -> Option<i32> {
+    let uts = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/uts")).ok();
+    let node_uts = uts(slurmd_pid(node));
+    marked_processes(job)
+        .into_iter()
+        .find(|&p| proc_cmdline(p).starts_with("syndeo-agent run") && uts(p) == node_uts)
+}
+
+/// Replaces one line of /etc/syndeo/syndeo.toml for as long as the guard lives.
+pub struct ConfigOverride {
+    original: String,
+}
+
+impl ConfigOverride {
+    pub fn set(key: &str, value: &str) -> ConfigOverride {
+        let path = "/etc/syndeo/syndeo.toml";
+        let original = std::fs::read_to_string(path).unwrap();
+        let changed: Vec<String> = original
+            .lines()
+            .map(|l| if l.starts_with(&format!("{key} =")) { format!("{key} = {value}") } else { l.to_string() })
+            .collect();
+        assert!(changed.iter().any(|l| *l == format!("{key} = {value}")), "{key} is not in {path}");
+        std::fs::write(path, changed.join("\n") + "\n").unwrap();
+        ConfigOverride { original }
+    }
+}
+
+impl Drop for ConfigOverride {
+    fn drop(&mut self) {
+        std::fs::write("/etc/syndeo/syndeo.toml", &self.original).unwrap();
+    }
+}

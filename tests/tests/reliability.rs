@@ -1,0 +1,109 @@
+//! Reliability on the minicluster: cancellation at any moment, a killed or
+//! frozen agent, and broken images or nodes each end with a clean node, no
+//! drained node, and (for a user's mistake) a message that names the fix.
+use std::time::Duration;
+
+use syndeo_tests::*;
+
+const HOLD: &str = "#!/bin/bash\necho READY $RAY_ADDRESS\nsleep 300\n";
+
+fn assert_clean(job: &Job, user: &str) {
+    let left = leftovers(job.id, user);
+    assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn scancel_during_prolog_start_up_and_run_leaves_nothing_and_drains_nothing() {
+    let image = image();
+    let dir = workdir(USER_A, "scancel");
+    for (phase, delay) in [("prolog", Some(0.2)), ("start-up", Some(2.0)), ("running", None)] {
+        let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], HOLD);
+        match delay {
+            Some(s) => std::thread::sleep(Duration::from_secs_f64(s)),
+            None => {
+                job.wait_line("READY ", Duration::from_secs(180));
+            }
+        }
+        run(&["scancel", &job.id.to_string()]);
+        let state = job.wait(Duration::from_secs(180));
+        assert_eq!(state, "CANCELLED", "cancelled in {phase}: {}", job.output());
+        assert_clean(&job, USER_A);
+    }
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn epilog_cleans_up_after_an_agent_killed_with_sigkill_and_one_frozen() {
+    let image = image();
+    let dir = workdir(USER_A, "agent-faults");
+    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], HOLD);
+    job.wait_line("READY ", Duration::from_secs(180));
+    let killed = agent_pid(job.id, "node2").expect("agent on node2");
+    let frozen = agent_pid(job.id, "node3").expect("agent on node3");
+    run(&["kill", "-KILL", &killed.to_string()]);
+    run(&["kill", "-STOP", &frozen.to_string()]);
+    run(&["scancel", &job.id.to_string()]);
+    job.wait(Duration::from_secs(180));
+    assert!(std::fs::metadata(format!("/proc/{frozen}")).is_err(), "the frozen agent survived the epilog");
+    assert_clean(&job, USER_A);
+    for n in ["node2", "node3"] {
+        assert!(slurmd_log(n).contains(&format!("syndeo: epilog for job {}: node clean in", job.id)), "no clean epilog on {n}");
+    }
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn image_without_ray_fails_the_job_with_the_fix_and_drains_no_node() {
+    let noray = image_without_ray();
+    let dir = workdir(USER_A, "noray");
+    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={noray}")], "#!/bin/sh\necho SCRIPT RAN\n");
+    let state = job.wait(Duration::from_secs(180));
+    let out = job.output();
+    assert_ne!(state, "COMPLETED", "{out}");
+    assert!(!out.contains("SCRIPT RAN"), "{out}");
+    assert!(out.contains("the image has no `ray` command on its PATH; install Ray in the image"), "{out}");
+    assert_clean(&job, USER_A);
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn missing_container_runtime_fails_the_job_naming_the_node_fault() {
+    let image = image();
+    let dir = workdir(USER_A, "noruntime");
+    let job = {
+        let _broken = ConfigOverride::set("bwrap", "\"/nonexistent/bwrap\"");
+        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        job.wait(Duration::from_secs(180));
+        job
+    };
+    let out = job.output();
+    assert!(!out.contains("SCRIPT RAN"), "{out}");
+    assert!(
+        out.contains("node fault: the container runtime bubblewrap (/nonexistent/bwrap) is not installed on this node"),
+        "{out}"
+    );
+    assert_clean(&job, USER_A);
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn invalid_site_config_fails_syndeo_jobs_with_the_reason_and_drains_no_node() {
+    let image = image();
+    let dir = workdir(USER_A, "badconfig");
+    let job = {
+        let _broken = ConfigOverride::set("startup_timeout", "\"soon\"");
+        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        job.wait(Duration::from_secs(120));
+        job
+    };
+    let out = job.output();
+    assert!(!out.contains("SCRIPT RAN"), "{out}");
+    assert!(out.contains("syndeo's site configuration is invalid") && out.contains("/etc/syndeo/syndeo.toml"), "{out}");
+    assert!(slurmd_log("node1").contains("syndeo's site configuration is invalid"), "not in slurmd's log");
+    assert_clean(&job, USER_A);
+    // Jobs without --syndeo were never affected, and syndeo jobs work again once fixed.
+    let plain = sbatch(USER_A, &dir, &["-N2"], "#!/bin/sh\necho PLAIN RAN\n");
+    assert_eq!(plain.wait(Duration::from_secs(60)), "COMPLETED");
+}
