@@ -386,8 +386,11 @@ def main():
     log("bench: srun cost with and without the plugin")
     with_plugin, without_plugin = srun_cost(a.srun_reps)
     log("bench: task throughput")
-    tput_syndeo = syndeo_throughput(a.image)
-    tput_bare = bare_throughput(a.venv)
+    tputs_syndeo, tputs_bare = [], []
+    for _ in range(a.reps):
+        tputs_syndeo.append(syndeo_throughput(a.image))
+        tputs_bare.append(bare_throughput(a.venv))
+    tput_syndeo, tput_bare = median(tputs_syndeo), median(tputs_bare)
 
     med = {k: median(v) for k, v in ready.items()}
     lines = [
@@ -411,6 +414,8 @@ def main():
         f"syndeo/bare {tput_syndeo / tput_bare:.2f} |",
         "",
         "Every repetition (seconds): " + "; ".join(f"{k}: {', '.join(f'{x:.2f}' for x in v)}" for k, v in ready.items()),
+        "Throughput per repetition (tasks/s): syndeo " + ", ".join(f"{x:.0f}" for x in tputs_syndeo)
+        + "; bare " + ", ".join(f"{x:.0f}" for x in tputs_bare),
         "",
         "Mesh scale (1,024 and 4,096 simulated agents): not measured yet; no simulated-node mode exists.",
     ]
@@ -458,7 +463,7 @@ side by side in the same run, are the result. Benchmarks never fail CI.
   until no process of that cluster is left.
 - **srun cost**: the median of `srun -N1 -n1 true` as a user, first with syndeo in
   plugstack, then with the snippet moved away and Slurm restarted.
-- **throughput**: 2,000 empty `num_cpus=1` tasks after 200 warm-up tasks, once through
+- **throughput**: 2,000 empty `num_cpus=1` tasks after 200 warm-up tasks, each repetition through
   `srun --syndeo` in syndeo's container, and once from the host venv against the bare
   cluster on the same nodes.
 
