@@ -41,6 +41,8 @@ pub async fn bind(ip: IpAddr, ports: &[u16]) -> anyhow::Result<(TcpListener, u16
 pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
     let svc = MeshService { shared };
     if let Err(e) = Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(2)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(4)))
         .add_service(MeshServer::new(svc))
         .serve_with_incoming(TcpListenerStream::new(listener))
         .await
@@ -112,8 +114,16 @@ pub fn authed<T>(shared: &Shared, msg: T) -> Request<T> {
     r
 }
 
+/// A channel to a peer's agent. HTTP/2 keepalives make a peer that went
+/// silent (its node or link down) an error within seconds, not a stream that
+/// waits forever.
 pub async fn connect(addr: SocketAddr) -> Option<MeshClient<Channel>> {
-    let ep = Endpoint::from_shared(format!("http://{addr}")).ok()?.connect_timeout(Duration::from_millis(500));
+    let ep = Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect_timeout(Duration::from_millis(500))
+        .http2_keep_alive_interval(Duration::from_secs(2))
+        .keep_alive_timeout(Duration::from_secs(4))
+        .keep_alive_while_idle(true);
     let ch = tokio::time::timeout(Duration::from_secs(1), ep.connect()).await.ok()?.ok()?;
     Some(MeshClient::new(ch))
 }
