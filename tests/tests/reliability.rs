@@ -107,3 +107,72 @@ fn invalid_site_config_fails_syndeo_jobs_with_the_reason_and_drains_no_node() {
     let plain = sbatch(USER_A, &dir, &["-N2"], "#!/bin/sh\necho PLAIN RAN\n");
     assert_eq!(plain.wait(Duration::from_secs(60)), "COMPLETED");
 }
+
+/// Brings a node's link back up when dropped, whatever the test did.
+struct LinkDown(&'static str);
+
+impl LinkDown {
+    fn new(node: &'static str) -> LinkDown {
+        let o = run(&["ip", "-n", node, "link", "set", "eth0", "down"]);
+        assert!(o.status.success(), "{}", text(&o));
+        LinkDown(node)
+    }
+}
+
+impl Drop for LinkDown {
+    fn drop(&mut self) {
+        run(&["ip", "-n", self.0, "link", "set", "eth0", "up"]);
+        run(&["ip", "-n", self.0, "route", "replace", "default", "via", "10.213.7.1"]);
+    }
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_link_lost_during_start_up_fails_the_job_within_the_start_up_timeout_naming_the_node() {
+    let image = image();
+    let dir = workdir(USER_A, "linkdown");
+    let job = {
+        let _short = ConfigOverride::set("startup_timeout", "25");
+        let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        let t = std::time::Instant::now();
+        while agent_pid(job.id, "node3").is_none() {
+            assert!(t.elapsed() < Duration::from_secs(120), "no agent on node3: {}", job.output());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _down = LinkDown::new("node3");
+        // The job's steps learn of the failure from the head within the start-up timeout.
+        let t = std::time::Instant::now();
+        while !job.stderr().contains("could not start") {
+            assert!(t.elapsed() < Duration::from_secs(90), "no failure within 90 s: {}", job.output());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        job
+    };
+    let state = job.wait(Duration::from_secs(240));
+    let out = job.output();
+    assert_ne!(state, "COMPLETED", "{out}");
+    assert!(!out.contains("SCRIPT RAN"), "{out}");
+    assert!(out.contains("within the start-up timeout (25 s)") && out.contains("missing: [\"node3\"]"), "{out}");
+    let left = leftovers(job.id, USER_A);
+    assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn restarting_slurm_daemons_during_a_job_keeps_its_cluster_and_it_is_cleaned_later() {
+    let image = image();
+    let dir = workdir(USER_A, "slurmd-restart");
+    let script = r#"#!/bin/bash
+echo READY $RAY_ADDRESS
+for i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done
+srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("NODES", len([n for n in ray.nodes() if n["Alive"]]))'
+"#;
+    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], script);
+    job.wait_line("READY ", Duration::from_secs(180));
+    let o = run(&[minicluster().to_str().unwrap(), "restart"]);
+    assert!(o.status.success(), "{}", text(&o));
+    write_file(USER_A, &dir.join("go"), "");
+    assert_eq!(job.wait(Duration::from_secs(240)), "COMPLETED", "{}", job.output());
+    assert!(job.stdout().contains("NODES 3"), "{}", job.output());
+    assert_clean(&job, USER_A);
+}
