@@ -114,3 +114,22 @@ syndeo logs node2 | grep -q "node=node2" && echo LOGS_NODE2
         assert!(out.contains(word), "{word} missing: {}", job.output());
     }
 }
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn ray_gets_the_jobs_cpus_and_memory_on_each_node_not_the_hosts() {
+    let image = image();
+    let dir = workdir(USER_A, "resources");
+    let script = r#"#!/bin/bash
+srun --syndeo -N1 -n1 python3 -c '
+import ray
+ray.init()
+r = ray.cluster_resources()
+print("RESOURCES", int(r["CPU"]), int(r["memory"]) >> 20, int(r["object_store_memory"]) >> 20)
+'
+"#;
+    let job = sbatch(USER_A, &dir, &["-N3", "--mem=1500M", &format!("--syndeo={image}")], script);
+    assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+    // 1 CPU and 1500 MiB per node: object store a third (500 MiB), Ray's memory the rest.
+    assert!(job.stdout().contains("RESOURCES 3 3000 1500"), "{}", job.output());
+}

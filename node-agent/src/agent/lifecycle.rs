@@ -116,14 +116,17 @@ async fn head(
 ) -> Result<(), String> {
     let spec = &shared.spec;
     let token = crate::secret::random_token().map_err(|e| format!("node fault: no random token: {e}"))?;
+    let memory = ray::allocated_memory(spec.job_id).await;
+    let own_memory = memory.get(&spec.node).copied();
     let pick = || -> std::io::Result<(u16, u16)> { Ok((ray::free_port(ip).map_err(std::io::Error::other)?, ray::free_port(ip).map_err(std::io::Error::other)?)) };
     let (gcs, dash) = pick().map_err(|e| format!("no free port on {ip}: {e}"))?;
     publish(shared, |v| {
         v.set_phase(Phase::Starting);
         v.head_node = spec.node.clone();
         v.ray_token = token;
+        v.memory_mb = memory.into_iter().collect();
     });
-    let args = ray::head_args(spec, ip, gcs, dash, &ports);
+    let args = ray::head_args(spec, ip, gcs, dash, &ports, own_memory);
     start_ray(shared, &args).await?;
     // The GCS address goes out as soon as the GCS accepts connections, before
     // the head's `ray start` returns: the workers' start overlaps the rest of
@@ -293,7 +296,8 @@ async fn worker(
                 if !sent && !gcs.is_empty() {
                     sent = true;
                     // A launcher that cannot take the arguments says why on its events.
-                    if let Err(e) = start_ray(shared, &ray::worker_args(spec, ip, &gcs, &ports)).await {
+                    let memory = shared.view.borrow().memory_mb.get(&spec.node).copied();
+                    if let Err(e) = start_ray(shared, &ray::worker_args(spec, ip, &gcs, &ports, memory)).await {
                         warn!("{e}");
                     }
                 }

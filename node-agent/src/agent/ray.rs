@@ -42,9 +42,8 @@ impl NodePorts {
     }
 }
 
-fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts) -> Vec<String> {
-    let object_store = spec.config.object_store_mb * 1024 * 1024;
-    [
+fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts, memory_mb: Option<u64>) -> Vec<String> {
+    let mut a: Vec<String> = [
         "--node-ip-address", &ip.to_string(),
         "--dashboard-agent-listen-port", &ports.dashboard_agent.to_string(),
         "--metrics-export-port", &ports.metrics_export.to_string(),
@@ -52,16 +51,17 @@ fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts) -> Vec<String> {
         "--max-worker-port", "0",
         "--num-cpus", &spec.cpus.to_string(),
         "--num-gpus", &spec.gpus.len().to_string(),
-        "--object-store-memory", &object_store.to_string(),
         "--temp-dir", &spec.ray_temp_dir().to_string_lossy(),
         "--disable-usage-stats",
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect()
+    .collect();
+    a.extend(crate::alloc::ray_memory_args(spec.config.object_store_mb, memory_mb));
+    a
 }
 
-pub fn head_args(spec: &JobSpec, ip: IpAddr, gcs_port: u16, dashboard_port: u16, ports: &NodePorts) -> Vec<String> {
+pub fn head_args(spec: &JobSpec, ip: IpAddr, gcs_port: u16, dashboard_port: u16, ports: &NodePorts, memory_mb: Option<u64>) -> Vec<String> {
     let mut a: Vec<String> = vec!["--head".into(), "--port".into(), gcs_port.to_string()];
     a.extend(["--dashboard-port".into(), dashboard_port.to_string()]);
     if spec.config.dashboard {
@@ -69,14 +69,27 @@ pub fn head_args(spec: &JobSpec, ip: IpAddr, gcs_port: u16, dashboard_port: u16,
     } else {
         a.extend(["--include-dashboard".into(), "false".into()]);
     }
-    a.extend(common_args(spec, ip, ports));
+    a.extend(common_args(spec, ip, ports, memory_mb));
     a
 }
 
-pub fn worker_args(spec: &JobSpec, ip: IpAddr, gcs_address: &str, ports: &NodePorts) -> Vec<String> {
+pub fn worker_args(spec: &JobSpec, ip: IpAddr, gcs_address: &str, ports: &NodePorts, memory_mb: Option<u64>) -> Vec<String> {
     let mut a: Vec<String> = vec!["--address".into(), gcs_address.into()];
-    a.extend(common_args(spec, ip, ports));
+    a.extend(common_args(spec, ip, ports, memory_mb));
     a
+}
+
+/// The job's memory per node, asked of Slurm once by the head's agent (as the
+/// job user: `scontrol show job -d`); empty if Slurm does not say in time.
+pub async fn allocated_memory(job_id: u32) -> std::collections::BTreeMap<String, u64> {
+    let query = Command::new("scontrol").args(["show", "job", "-d", &job_id.to_string()]).stdin(Stdio::null()).output();
+    match tokio::time::timeout(Duration::from_secs(10), query).await {
+        Ok(Ok(o)) if o.status.success() => crate::alloc::mem_per_node(&String::from_utf8_lossy(&o.stdout)),
+        other => {
+            warn!("cannot learn the job's memory from scontrol ({other:?}); Ray gets the site's object store size only");
+            Default::default()
+        }
+    }
 }
 
 /// Binds shared by Ray's container and `srun --syndeo` containers.
@@ -234,10 +247,11 @@ mod tests {
     #[test]
     fn ray_gets_the_allocation_and_a_private_temp_dir() {
         let ports = NodePorts { dashboard_agent: 1, metrics_export: 2, autoscaler_metrics: 3, dashboard_metrics: 4 };
-        let a = head_args(&spec(), "10.0.0.1".parse().unwrap(), 6379, 8265, &ports);
+        let a = head_args(&spec(), "10.0.0.1".parse().unwrap(), 6379, 8265, &ports, Some(3000));
         let has = |k: &str, v: &str| a.windows(2).any(|w| w[0] == k && w[1] == v);
         assert!(has("--num-cpus", "2") && has("--num-gpus", "0"), "{a:?}");
         assert!(has("--temp-dir", "/tmp/syndeo/9/ray"), "{a:?}");
+        assert!(has("--memory", &((3000u64 - 512) * 1024 * 1024).to_string()), "{a:?}");
         assert!(has("--include-dashboard", "false") && has("--node-ip-address", "10.0.0.1"), "{a:?}");
     }
 
