@@ -3,6 +3,7 @@
 //! made inside it with `mkdirat`/`fchownat` relative to the opened base, so no
 //! path a user controls is ever followed.
 use std::fs::File;
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -82,6 +83,35 @@ pub fn make_job_dir(parent: &File, parent_path: &Path, name: &str, uid: u32, gid
     }
     mkdirat(Some(parent.as_raw_fd()), name, Mode::from_bits_truncate(0o700)).with_context(|| format!("mkdir {}", path.display()))?;
     chown_in(parent, name, uid, gid).with_context(|| format!("chown {}", path.display()))
+}
+
+/// Creates `name` in the opened root-owned `parent` as root's, so the user
+/// has no window to plant links where root writes; writes `files` into it
+/// (0600, never following a link, each then given to uid:gid) and hands the
+/// directory itself to uid:gid last.
+pub fn make_filled_job_dir(
+    parent: &File,
+    parent_path: &Path,
+    name: &str,
+    files: &[(&str, String)],
+    uid: u32,
+    gid: u32,
+) -> Result<()> {
+    make_job_dir(parent, parent_path, name, 0, 0)?;
+    let dir = open_dir_nofollow(&parent_path.join(name))?;
+    for (file, content) in files {
+        let path = PathBuf::from(format!("/proc/self/fd/{}/{file}", dir.as_raw_fd()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(OFlag::O_NOFOLLOW.bits())
+            .open(&path)
+            .with_context(|| format!("writing {file} in {}", parent_path.join(name).display()))?;
+        f.write_all(content.as_bytes())?;
+        chown_in(&dir, file, uid, gid)?;
+    }
+    chown_in(parent, name, uid, gid)
 }
 
 pub fn chown_in(parent: &File, name: &str, uid: u32, gid: u32) -> Result<()> {
@@ -165,6 +195,24 @@ mod tests {
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
         remove_in_root_base(&base, "42").unwrap();
         assert!(!base.join("42").exists() && base.exists());
+    }
+
+    #[test]
+    fn a_filled_job_dir_has_private_files_and_a_planted_link_is_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let parent = open_dir_nofollow(d.path()).unwrap();
+        // A link where the job dir goes is removed first, never followed.
+        let victim = d.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::os::unix::fs::symlink(&victim, d.path().join("42")).unwrap();
+        let me = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+        make_filled_job_dir(&parent, d.path(), "42", &[("secret", "s3cret".into())], me.0, me.1).unwrap();
+        let secret = d.path().join("42/secret");
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "s3cret");
+        assert_eq!(std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(d.path().join("42")).unwrap().permissions().mode() & 0o777, 0o700);
+        assert!(std::fs::read_dir(&victim).unwrap().next().is_none(), "wrote through the link");
     }
 
     #[test]

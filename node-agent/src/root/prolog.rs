@@ -9,7 +9,6 @@
 //! report it.
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -22,7 +21,7 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use crate::cli::PrologArgs;
 use crate::config::Config;
 use crate::job::{JobSpec, FAILED_FILE, JOB_MARKER_ENV, SECRET_FILE, SPEC_FILE};
-use crate::root::dirs::{chown_in, ensure_root_base, make_job_dir, open_dir_nofollow};
+use crate::root::dirs::{ensure_root_base, make_filled_job_dir, make_job_dir};
 use crate::root::privdrop::{drop_to, Identity};
 use crate::root::procs;
 use crate::{alloc, hostlist, secret};
@@ -109,20 +108,8 @@ pub fn run(a: &PrologArgs) -> Result<()> {
 fn fail_job(a: &PrologArgs, id: &Identity, message: &str) -> Result<()> {
     eprintln!("{message}");
     let base = ensure_root_base(&a.common.runtime_base, 0o755)?;
-    let name = a.common.job.to_string();
-    make_job_dir(&base, &a.common.runtime_base, &name, 0, 0)?;
-    let dir = open_dir_nofollow(&a.common.runtime_base.join(&name))?;
-    let path = PathBuf::from(format!("/proc/self/fd/{}/{FAILED_FILE}", dir.as_raw_fd()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(OFlag::O_NOFOLLOW.bits())
-        .open(&path)
-        .context("writing the job's failure")?;
-    f.write_all(message.as_bytes())?;
-    chown_in(&dir, FAILED_FILE, id.uid, id.gid)?;
-    chown_in(&base, &name, id.uid, id.gid)
+    let files = [(FAILED_FILE, message.to_string())];
+    make_filled_job_dir(&base, &a.common.runtime_base, &a.common.job.to_string(), &files, id.uid, id.gid)
 }
 
 fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
@@ -169,29 +156,13 @@ fn ensure_agents_dir(base: &Path) -> Result<PathBuf> {
     Ok(p)
 }
 
-/// The job directory is filled while it is still root's, then handed over:
-/// the user never gets a window to plant links where root writes.
+/// The job directory: the job's description and its mesh secret.
 fn write_job_dir(base: &File, base_path: &Path, spec: &JobSpec) -> Result<()> {
-    let name = spec.job_id.to_string();
-    make_job_dir(base, base_path, &name, 0, 0)?;
-    let dir = open_dir_nofollow(&base_path.join(&name))?;
     let key = std::fs::read_to_string(&spec.config.site_key)
         .with_context(|| format!("reading the site key {} (run `syndeo-agent keygen`)", spec.config.site_key.display()))?;
     let job_secret = secret::job_secret(key.trim().as_bytes(), spec.job_id, spec.uid);
     let files = [(SPEC_FILE, serde_json::to_string_pretty(spec)?), (SECRET_FILE, job_secret)];
-    for (file, content) in files {
-        let path = PathBuf::from(format!("/proc/self/fd/{}/{file}", dir.as_raw_fd()));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(OFlag::O_NOFOLLOW.bits())
-            .open(&path)
-            .with_context(|| format!("writing {file}"))?;
-        f.write_all(content.as_bytes())?;
-        chown_in(&dir, file, spec.uid, spec.gid)?;
-    }
-    chown_in(base, &name, spec.uid, spec.gid)
+    make_filled_job_dir(base, base_path, &spec.job_id.to_string(), &files, spec.uid, spec.gid)
 }
 
 /// Slurm's descriptors must not reach the user's processes.
