@@ -27,11 +27,18 @@ pub fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-/// Runs `argv` as `user` in `dir` (no shell).
+/// Runs `argv` as `user` in `dir` (no shell), with a login-like environment
+/// of its own: nothing of the test process (sbatch exports the submitter's
+/// environment into the job).
 pub fn as_user(user: &str, dir: &Path, argv: &[&str]) -> Output {
-    Command::new("runuser")
+    Command::new("/usr/sbin/runuser")
         .args(["-u", user, "--"])
         .args(argv)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", format!("/home/{user}"))
+        .env("USER", user)
+        .env("LOGNAME", user)
         .current_dir(dir)
         .output()
         .expect("runuser")

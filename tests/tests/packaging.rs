@@ -15,6 +15,35 @@ hosts = ray.get([ray.remote(lambda: socket.gethostname()).options(
 print("PACKAGED_HOSTS", ",".join(sorted(hosts)))
 "#;
 
+/// The deb installed in place of the dev install; dropped (even by a failing
+/// assertion), it purges the package and puts the dev install back.
+struct Installed;
+
+impl Installed {
+    fn deb(deb: &str) -> Installed {
+        run(&["dpkg", "--purge", "syndeo"]); // a run that died earlier may have left it
+        let o = std::process::Command::new("dpkg")
+            .args(["-i", "--force-confnew", deb])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "dpkg -i: {}", text(&o));
+        Installed
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let purged = run(&["dpkg", "--purge", "syndeo"]);
+        let up = run(&[minicluster().to_str().unwrap(), "up"]);
+        if !std::thread::panicking() {
+            assert!(purged.status.success(), "dpkg --purge: {}", text(&purged));
+            assert!(up.status.success(), "{}", text(&up));
+        }
+    }
+}
+
 fn lines(o: &std::process::Output) -> Vec<String> {
     String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect()
 }
@@ -45,13 +74,7 @@ fn deb_and_rpm_are_built_for_this_slurm_and_the_installed_deb_runs_the_job() {
 
     // Install the deb over the dev install with the package's own config files,
     // then do what an admin here must: pick bubblewrap (no Apptainer on this machine).
-    let o = std::process::Command::new("dpkg")
-        .args(["-i", "--force-confnew", &deb])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "dpkg -i: {}", text(&o));
+    let _installed = Installed::deb(&deb);
     for f in ["/usr/lib/x86_64-linux-gnu/slurm-wlm/syndeo.so", "/etc/slurm/plugstack.conf.d/syndeo.conf", "/etc/syndeo/syndeo.toml"] {
         let owner = text(&run(&["dpkg", "-S", f]));
         assert!(owner.starts_with("syndeo:"), "{owner}");
@@ -67,12 +90,6 @@ fn deb_and_rpm_are_built_for_this_slurm_and_the_installed_deb_runs_the_job() {
     write_file(USER_A, &dir.join("driver.py"), DRIVER);
     let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/bash\nsrun --syndeo -N1 -n1 python3 driver.py\n");
     let state = job.wait(Duration::from_secs(300));
-
-    // Back to the dev install whatever happened, for the other tests.
-    let removed = run(&["dpkg", "--purge", "syndeo"]);
-    let up = run(&[minicluster().to_str().unwrap(), "up"]);
-    assert!(removed.status.success(), "dpkg --purge: {}", text(&removed));
-    assert!(up.status.success(), "{}", text(&up));
 
     assert_eq!(state, "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("PACKAGED_HOSTS node1,node2,node3"), "{}", job.output());
