@@ -27,14 +27,26 @@ def others():
             pids.append(int(name))
     return pids
 
+def reap():
+    # `ray start` ran in this process, so Ray's daemons are its children: a
+    # dead one is a zombie until reaped here.
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
 def raylet_alive():
+    reap()
     for pid in others():
         try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() == "raylet":
-                    return True
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
         except OSError:
-            pass
+            continue
+        name, state = stat[stat.find("(") + 1:stat.rfind(")")], stat[stat.rfind(")") + 2:][:1]
+        if name == "raylet" and state != "Z":
+            return True
     return False
 
 def stop_all(code):
