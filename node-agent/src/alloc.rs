@@ -56,6 +56,12 @@ pub fn mem_per_node(detail: &str) -> BTreeMap<String, u64> {
     out
 }
 
+/// The job's stderr file (`StdErr=`) in `scontrol show job` output, where
+/// the agents add a line about what happened to the cluster while it ran.
+pub fn job_stderr(detail: &str) -> Option<String> {
+    detail.split_whitespace().find_map(|f| f.strip_prefix("StdErr=")).filter(|p| p.starts_with('/')).map(str::to_string)
+}
+
 /// Ray's memory arguments for a node: with the allocation known, the object
 /// store takes at most a third of it (and at most the site's
 /// `object_store_mb`), and `--memory` the rest; unknown, the site's object
@@ -109,6 +115,14 @@ mod tests {
         let m = mem_per_node(detail);
         assert_eq!(m.len(), 3);
         assert_eq!((m["node1"], m["node2"], m["node3"]), (1500, 1500, 3000));
+    }
+
+    #[test]
+    fn the_jobs_stderr_path_is_found_and_must_be_absolute() {
+        let detail = "   WorkDir=/home/u/w\n   StdErr=/home/u/w/job.err\n   StdIn=/dev/null\n   StdOut=/home/u/w/job.out\n";
+        assert_eq!(job_stderr(detail).as_deref(), Some("/home/u/w/job.err"));
+        assert_eq!(job_stderr("StdErr=(null)"), None);
+        assert_eq!(job_stderr("JobId=3"), None);
     }
 
     #[test]

@@ -272,13 +272,16 @@ pub fn slurmd_pid(node: &str) -> i32 {
     std::fs::read_to_string(format!("/run/slurmd-{node}.pid")).unwrap().trim().parse().unwrap()
 }
 
-/// The PID of the node agent of `job` on `node`.
-pub fn agent_pid(job: u32, node: &str) -> Option<i32> {
+/// A process of `job`'s cluster on `node` whose command line starts with `prefix`.
+pub fn job_process(job: u32, node: &str, prefix: &str) -> Option<i32> {
     let uts = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/uts")).ok();
     let node_uts = uts(slurmd_pid(node));
-    marked_processes(job)
-        .into_iter()
-        .find(|&p| proc_cmdline(p).starts_with("syndeo-agent run") && uts(p) == node_uts)
+    marked_processes(job).into_iter().find(|&p| proc_cmdline(p).starts_with(prefix) && uts(p) == node_uts)
+}
+
+/// The PID of the node agent of `job` on `node`.
+pub fn agent_pid(job: u32, node: &str) -> Option<i32> {
+    job_process(job, node, "syndeo-agent run")
 }
 
 /// Replaces one line of /etc/syndeo/syndeo.toml for as long as the guard lives.

@@ -176,3 +176,35 @@ srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("NODES", len([n 
     assert!(job.stdout().contains("NODES 3"), "{}", job.output());
     assert_clean(&job, USER_A);
 }
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_workers_ray_that_dies_is_restarted_and_rejoins_with_one_line_in_the_job_output() {
+    let image = image();
+    let dir = workdir(USER_A, "ray-restart");
+    let script = r#"#!/bin/bash
+echo READY $RAY_ADDRESS
+for i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done
+srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}))'
+"#;
+    // (Distinct addresses: Ray lists a SIGKILLed raylet as alive until its
+    // health checks expire, beside the one that replaced it.)
+    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], script);
+    job.wait_line("READY ", Duration::from_secs(180));
+    let raylet = job_process(job.id, "node2", "/usr/local/lib/python3.11/dist-packages/ray/core/src/ray/raylet/raylet")
+        .expect("a raylet on node2");
+    run(&["kill", "-KILL", &raylet.to_string()]);
+    let t = std::time::Instant::now();
+    while !job.stderr().contains("rejoined the cluster") {
+        assert!(t.elapsed() < Duration::from_secs(120), "no restart within 120 s: {}", job.output());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    write_file(USER_A, &dir.join("go"), "");
+    assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+    let err = job.stderr();
+    let notices: Vec<&str> = err.lines().filter(|l| l.contains("died while the job ran")).collect();
+    assert_eq!(notices.len(), 1, "{err}");
+    assert!(notices[0].contains("on node2") && notices[0].contains("(1 of 3)"), "{}", notices[0]);
+    assert!(job.stdout().contains("ALIVE 3"), "{}", job.output());
+    assert_clean(&job, USER_A);
+}

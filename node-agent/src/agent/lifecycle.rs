@@ -66,12 +66,35 @@ fn prepare(shared: &Arc<Shared>, ip: IpAddr) -> Prepared {
     if let Some(bad) = spec.config.extra_binds.iter().filter_map(|b| crate::runtime::Bind::parse(b).ok()).find(|b| !b.src.exists()) {
         return Err(format!("node fault: extra bind {} does not exist on {}", bad.src.display(), spec.node));
     }
+    let (proc_, events, ports) = spawn_container(shared, ip)?;
+    shared.ray.try_lock().expect("nobody else holds it yet").replace(proc_);
+    Ok((events, ports))
+}
+
+/// A fresh Ray container on this node (fresh ports), its launcher loading Ray.
+fn spawn_container(shared: &Shared, ip: IpAddr) -> Result<(RayProcess, mpsc::Receiver<Event>, NodePorts), String> {
+    let spec = &shared.spec;
+    let image = spec.image_path()?;
     let ports = NodePorts::pick(ip).map_err(|e| format!("no free port on {ip}: {e}"))?;
     let cs = ray::ray_container(spec, &image, &ports);
     let argv = shared.runtime.command(&cs, &["python3".into(), "-c".into(), ray::LAUNCHER.into()])?;
     let (proc_, events) = RayProcess::spawn(&argv, &spec.job_dir).map_err(|e| format!("node fault: {e:#}"))?;
-    shared.ray.try_lock().expect("nobody else holds it yet").replace(proc_);
-    Ok((events, ports))
+    Ok((proc_, events, ports))
+}
+
+/// One line in the job's stderr (which the head learned from Slurm), written
+/// as the user; the agent's log has it in any case.
+fn job_notice(shared: &Shared, line: &str) {
+    warn!("{line}");
+    let path = shared.view.borrow().job_stderr.clone();
+    if path.is_empty() {
+        return;
+    }
+    use std::io::Write;
+    let written = std::fs::OpenOptions::new().append(true).open(&path).and_then(|mut f| writeln!(f, "{line}"));
+    if let Err(e) = written {
+        warn!("cannot add to the job's stderr {path}: {e}");
+    }
 }
 
 /// Waits for the launcher's answer to `ray start`, or explains why it failed.
@@ -116,15 +139,16 @@ async fn head(
 ) -> Result<(), String> {
     let spec = &shared.spec;
     let token = crate::secret::random_token().map_err(|e| format!("node fault: no random token: {e}"))?;
-    let memory = ray::allocated_memory(spec.job_id).await;
-    let own_memory = memory.get(&spec.node).copied();
+    let job = ray::slurm_job(spec.job_id).await;
+    let own_memory = job.memory_mb.get(&spec.node).copied();
     let pick = || -> std::io::Result<(u16, u16)> { Ok((ray::free_port(ip).map_err(std::io::Error::other)?, ray::free_port(ip).map_err(std::io::Error::other)?)) };
     let (gcs, dash) = pick().map_err(|e| format!("no free port on {ip}: {e}"))?;
     publish(shared, |v| {
         v.set_phase(Phase::Starting);
         v.head_node = spec.node.clone();
         v.ray_token = token;
-        v.memory_mb = memory.into_iter().collect();
+        v.memory_mb = job.memory_mb.into_iter().collect();
+        v.job_stderr = job.stderr.unwrap_or_default();
     });
     let args = ray::head_args(spec, ip, gcs, dash, &ports, own_memory);
     start_ray(shared, &args).await?;
@@ -265,7 +289,7 @@ async fn worker(
     let report = |ok: bool, message: String| {
         authed(shared, NodeReport { job_id: spec.job_id, node: spec.node.clone(), ok, message })
     };
-    let (mut events, ports) = match prepared {
+    let (mut events, mut ports) = match prepared {
         Ok(p) => p,
         Err(m) => {
             let _ = head.report(report(false, m.clone())).await;
@@ -278,8 +302,8 @@ async fn worker(
         .await
         .map_err(|e| format!("cannot watch the head node {head_node}: {}", e.message()))?
         .into_inner();
-    // `ray start` was sent / this node's Ray joined.
-    let (mut sent, mut joined) = (false, false);
+    // `ray start` was sent / this node's Ray joined / restarts so far.
+    let (mut sent, mut joined, mut restarts) = (false, false, 0u32);
     loop {
         tokio::select! {
             msg = stream.message() => {
@@ -308,10 +332,34 @@ async fn worker(
                     Some(Event::Started) if !joined => {
                         joined = true;
                         info!("Ray worker joined");
+                        if restarts > 0 {
+                            job_notice(shared, &format!(
+                                "syndeo: the Ray node on {} died while the job ran; restarted it ({restarts} of {}) and it rejoined the cluster",
+                                spec.node, spec.config.ray_restarts
+                            ));
+                        }
                         head.report(report(true, String::new())).await.map_err(|e| e.message().to_string())?;
                         continue;
                     }
                     Some(Event::Started) => continue,
+                    Some(Event::Died) | Some(Event::Exited) | None if joined && restarts < spec.config.ray_restarts => {
+                        restarts += 1;
+                        warn!(restarts, "this node's Ray died while the job ran: {}; restarting it", ray::log_tail(&spec.job_dir, 3));
+                        if let Some(old) = shared.ray.lock().await.take() {
+                            old.stop(Duration::from_secs(2)).await;
+                        }
+                        let (proc_, ev, p) = spawn_container(shared, ip)?;
+                        shared.ray.lock().await.replace(proc_);
+                        (events, ports, joined) = (ev, p, false);
+                        let (gcs, memory) = {
+                            let v = shared.view.borrow();
+                            (v.gcs_address.clone(), v.memory_mb.get(&spec.node).copied())
+                        };
+                        if let Err(e) = start_ray(shared, &ray::worker_args(spec, ip, &gcs, &ports, memory)).await {
+                            warn!("{e}");
+                        }
+                        continue;
+                    }
                     Some(Event::Failed(m)) => format!("Ray worker on {}: {m}", spec.node),
                     Some(Event::Died) | Some(Event::Exited) | None if joined => {
                         format!("the Ray node on {} ended while the job ran: {}", spec.node, ray::log_tail(&spec.job_dir, 3))

@@ -79,15 +79,25 @@ pub fn worker_args(spec: &JobSpec, ip: IpAddr, gcs_address: &str, ports: &NodePo
     a
 }
 
-/// The job's memory per node, asked of Slurm once by the head's agent (as the
-/// job user: `scontrol show job -d`); empty if Slurm does not say in time.
-pub async fn allocated_memory(job_id: u32) -> std::collections::BTreeMap<String, u64> {
+/// What the head's agent asks Slurm once (as the job user: `scontrol show
+/// job -d`): memory per node, and the job's stderr file. Empty if Slurm does
+/// not say in time.
+#[derive(Debug, Default)]
+pub struct SlurmJob {
+    pub memory_mb: std::collections::BTreeMap<String, u64>,
+    pub stderr: Option<String>,
+}
+
+pub async fn slurm_job(job_id: u32) -> SlurmJob {
     let query = Command::new("scontrol").args(["show", "job", "-d", &job_id.to_string()]).stdin(Stdio::null()).output();
     match tokio::time::timeout(Duration::from_secs(10), query).await {
-        Ok(Ok(o)) if o.status.success() => crate::alloc::mem_per_node(&String::from_utf8_lossy(&o.stdout)),
+        Ok(Ok(o)) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            SlurmJob { memory_mb: crate::alloc::mem_per_node(&text), stderr: crate::alloc::job_stderr(&text) }
+        }
         other => {
-            warn!("cannot learn the job's memory from scontrol ({other:?}); Ray gets the site's object store size only");
-            Default::default()
+            warn!("cannot ask scontrol about the job ({other:?}); Ray gets the site's object store size only");
+            SlurmJob::default()
         }
     }
 }
