@@ -78,6 +78,29 @@ impl JobSpec {
     }
 }
 
+/// A job spec for unit tests: `nodes` in list order, this node at `index`.
+#[cfg(test)]
+pub fn spec_for_tests(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
+    let job = job_id.to_string();
+    JobSpec {
+        job_id,
+        uid: 1000,
+        gid: 1000,
+        user: "u".into(),
+        node: nodes[index].into(),
+        nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        index,
+        cpus: 2,
+        gpus: vec![],
+        image: Some("/img".into()),
+        workdir: "/home/u".into(),
+        job_dir: PathBuf::from("/run/syndeo").join(&job),
+        temp_dir: PathBuf::from("/tmp/syndeo").join(&job),
+        shm_dir: PathBuf::from("/dev/shm/syndeo").join(&job),
+        config: Config::default(),
+    }
+}
+
 pub fn mesh_ports(job_id: u32, (lo, hi): (u16, u16)) -> Vec<u16> {
     let size = (hi - lo) as u64 + 1;
     let mut out: Vec<u16> = Vec::new();

@@ -64,3 +64,46 @@ pub async fn elect(shared: &Shared, started: Instant) -> Result<(Role, Option<Me
     info!("this node is the head");
     Ok((Role::Head, None))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::job::spec_for_tests;
+
+    /// Real agents' meshes on loopback addresses (127.0.0.2-4 as three nodes).
+    /// The first node's agent never starts: the second passes over it once its
+    /// window ends and becomes head, and the third follows the second.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_head_that_never_answers_is_passed_over_and_all_agree_on_the_next() {
+        let nodes = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+        let agents: Vec<Arc<Shared>> = (1..3)
+            .map(|i| {
+                let mut spec = spec_for_tests(4242, &nodes, i);
+                spec.config.head_timeout = 1;
+                spec.config.mesh_ports = "47000-47099".into();
+                Arc::new(Shared::new(spec, "t".repeat(64)))
+            })
+            .collect();
+        for a in &agents {
+            let ip: IpAddr = a.spec.node.parse().unwrap();
+            let (listener, _) = mesh::bind(ip, &a.spec.mesh_ports()).await.unwrap();
+            tokio::spawn(mesh::serve(a.clone(), listener));
+        }
+        let started = Instant::now();
+        let elections = agents.iter().map(|a| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let (role, _) = elect(&a, started).await.unwrap();
+                a.role.send_replace(role.clone());
+                role
+            })
+        });
+        let all = tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(elections));
+        let roles: Vec<Role> = all.await.expect("no agreement within 20 s").into_iter().map(|r| r.unwrap()).collect();
+        assert_eq!(roles, [Role::Head, Role::Follower("127.0.0.3".into())]);
+        assert!(started.elapsed() >= Duration::from_secs(1), "passed over before its window ended");
+        assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    }
+}

@@ -145,28 +145,7 @@ pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(MeshClient<Channel>, p
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use crate::job::JobSpec;
-
-    fn spec(job_id: u32) -> JobSpec {
-        JobSpec {
-            job_id,
-            uid: 1000,
-            gid: 1000,
-            user: "u".into(),
-            node: "n1".into(),
-            nodes: vec!["n1".into(), "n2".into()],
-            index: 0,
-            cpus: 1,
-            gpus: vec![],
-            image: None,
-            workdir: "/".into(),
-            job_dir: "/nonexistent".into(),
-            temp_dir: "/nonexistent".into(),
-            shm_dir: "/nonexistent".into(),
-            config: Config::default(),
-        }
-    }
+    use crate::job::spec_for_tests;
 
     fn with_token<T>(msg: T, token: Option<&str>) -> Request<T> {
         let mut r = Request::new(msg);
@@ -179,7 +158,7 @@ mod tests {
     /// A real tonic server on loopback: only calls with this job's token and id get an answer.
     #[tokio::test]
     async fn mesh_calls_without_the_jobs_token_or_for_another_job_are_refused() {
-        let shared = Arc::new(Shared::new(spec(7), "a".repeat(64)));
+        let shared = Arc::new(Shared::new(spec_for_tests(7, &["n1", "n2"], 0), "a".repeat(64)));
         shared.role.send_replace(Role::Head);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -235,12 +235,7 @@ mod tests {
     use super::*;
 
     fn spec() -> JobSpec {
-        serde_json::from_value(serde_json::json!({
-            "job_id": 9, "uid": 1000, "gid": 1000, "user": "u", "node": "n1", "nodes": ["n1"], "index": 0,
-            "cpus": 2, "gpus": [], "image": "/img", "workdir": "/home/u", "job_dir": "/run/syndeo/9",
-            "temp_dir": "/tmp/syndeo/9", "shm_dir": "/dev/shm/syndeo/9", "config": crate::config::Config::default()
-        }))
-        .unwrap()
+        crate::job::spec_for_tests(9, &["n1"], 0)
     }
 
     #[test]
