@@ -261,6 +261,20 @@ mod tests {
     }
 
     #[test]
+    fn dashboard_is_off_by_default_and_when_on_binds_the_nodes_address_only() {
+        let ports = NodePorts { dashboard_agent: 1, metrics_export: 2, autoscaler_metrics: 3, dashboard_metrics: 4 };
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let off = head_args(&spec(), ip, 6379, 8265, &ports, None);
+        assert!(off.windows(2).any(|w| w[0] == "--include-dashboard" && w[1] == "false"), "{off:?}");
+        let mut on_spec = spec();
+        on_spec.config.dashboard = true;
+        let on = head_args(&on_spec, ip, 6379, 8265, &ports, None);
+        assert!(on.windows(2).any(|w| w[0] == "--include-dashboard" && w[1] == "true"), "{on:?}");
+        assert!(on.windows(2).any(|w| w[0] == "--dashboard-host" && w[1] == "10.0.0.1"), "{on:?}");
+        assert!(!on.iter().any(|a| a == "0.0.0.0"), "{on:?}");
+    }
+
+    #[test]
     fn launcher_lines_parse_and_other_output_is_ignored() {
         assert_eq!(parse_event("SYNDEO_RAY_STARTED\n"), Some(Event::Started));
         assert_eq!(parse_event("SYNDEO_RAY_FAILED no ray here"), Some(Event::Failed("no ray here".into())));
