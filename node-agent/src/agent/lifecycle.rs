@@ -319,11 +319,7 @@ async fn worker(
                 }
                 if !sent && !gcs.is_empty() {
                     sent = true;
-                    // A launcher that cannot take the arguments says why on its events.
-                    let memory = shared.view.borrow().memory_mb.get(&spec.node).copied();
-                    if let Err(e) = start_ray(shared, &ray::worker_args(spec, ip, &gcs, &ports, memory)).await {
-                        warn!("{e}");
-                    }
+                    start_worker_ray(shared, ip, &ports).await;
                 }
             }
             ev = events.recv(), if sent => {
@@ -351,13 +347,7 @@ async fn worker(
                         let (proc_, ev, p) = spawn_container(shared, ip)?;
                         shared.ray.lock().await.replace(proc_);
                         (events, ports, joined) = (ev, p, false);
-                        let (gcs, memory) = {
-                            let v = shared.view.borrow();
-                            (v.gcs_address.clone(), v.memory_mb.get(&spec.node).copied())
-                        };
-                        if let Err(e) = start_ray(shared, &ray::worker_args(spec, ip, &gcs, &ports, memory)).await {
-                            warn!("{e}");
-                        }
+                        start_worker_ray(shared, ip, &ports).await;
                         continue;
                     }
                     Some(Event::Failed(m)) => format!("Ray worker on {}: {m}", spec.node),
@@ -372,6 +362,19 @@ async fn worker(
                 return Err(failure);
             }
         }
+    }
+}
+
+/// `ray start --address` for this worker, to the head's GCS and with this
+/// node's memory as the cluster view has them. A launcher that cannot take
+/// the arguments says why on its events, so a failure here is only logged.
+async fn start_worker_ray(shared: &Shared, ip: IpAddr, ports: &NodePorts) {
+    let (gcs, memory) = {
+        let v = shared.view.borrow();
+        (v.gcs_address.clone(), v.memory_mb.get(&shared.spec.node).copied())
+    };
+    if let Err(e) = start_ray(shared, &ray::worker_args(&shared.spec, ip, &gcs, ports, memory)).await {
+        warn!("{e}");
     }
 }
 
