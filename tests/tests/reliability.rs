@@ -208,3 +208,103 @@ srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n[
     assert!(job.stdout().contains("ALIVE 3"), "{}", job.output());
     assert_clean(&job, USER_A);
 }
+
+const GCS_SERVER: &str = "/usr/local/lib/python3.11/dist-packages/ray/core/src/ray/gcs/gcs_server";
+const LAUNCHER: &str = "python3 -c # syndeo's Ray launcher";
+const COUNT_ALIVE: &str =
+    r#"import ray; ray.init(); print("ALIVE", len({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}))"#;
+
+/// Waits for a process of `job` on `node` whose command line starts with `prefix`.
+fn wait_for_process(job: u32, node: &str, prefix: &str, limit: Duration) -> i32 {
+    let t = std::time::Instant::now();
+    loop {
+        if let Some(p) = job_process(job, node, prefix) {
+            return p;
+        }
+        assert!(t.elapsed() < limit, "job {job}: no {prefix} on {node} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_head_whose_ray_dies_before_ready_steps_down_and_the_next_node_heads_all_three() {
+    let image = image();
+    let dir = workdir(USER_A, "head-steps-down");
+    let script = format!(
+        "#!/bin/bash\necho READY $SYNDEO_HEAD $SYNDEO_NODES\nsrun --syndeo -N1 -n1 python3 -c '{COUNT_ALIVE}'\n"
+    );
+    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], &script);
+    // The head's GCS is starting, so the cluster is not ready yet: end the
+    // head's container (its launcher, by PID).
+    wait_for_process(job.id, "node1", GCS_SERVER, Duration::from_secs(120));
+    let launcher = job_process(job.id, "node1", LAUNCHER).expect("the launcher on node1");
+    run(&["kill", "-KILL", &launcher.to_string()]);
+    assert_eq!(job.wait(Duration::from_secs(240)), "COMPLETED", "{}", job.output());
+    let out = job.stdout();
+    assert!(out.contains("READY node2 node1,node2,node3"), "{}", job.output());
+    assert!(out.contains("ALIVE 3"), "{}", job.output());
+    let err = job.stderr();
+    let notices: Vec<&str> = err.lines().filter(|l| l.contains("dropped out")).collect();
+    assert_eq!(notices.len(), 1, "{err}");
+    assert!(
+        notices[0].starts_with("syndeo: the Ray head on node1 dropped out before the cluster was ready (")
+            && notices[0].ends_with("; node2 is the head now"),
+        "{}",
+        notices[0]
+    );
+    assert_clean(&job, USER_A);
+}
+
+/// `salloc -N3 --syndeo=IMAGE srun -w node3 --syndeo python3 -c COUNT_ALIVE`
+/// as user A, in a thread; the job's id once Slurm lists it.
+fn salloc_counting_from_node3(dir: &std::path::Path, image: &str) -> (Job, std::thread::JoinHandle<String>) {
+    let (dir, image) = (dir.to_path_buf(), image.to_string());
+    let d = dir.clone();
+    let salloc = std::thread::spawn(move || {
+        let syndeo = format!("--syndeo={image}");
+        let argv = [
+            "salloc",
+            "-N3",
+            &syndeo,
+            "srun",
+            "-N1",
+            "-n1",
+            "-w",
+            "node3",
+            "--syndeo",
+            "python3",
+            "-c",
+            COUNT_ALIVE,
+        ];
+        text(&as_user(USER_A, &d, &argv))
+    });
+    let t = std::time::Instant::now();
+    let id = loop {
+        let o = run(&["squeue", "-h", "-u", USER_A, "-o", "%i"]);
+        if let Some(id) = text(&o).lines().next().and_then(|l| l.trim().parse().ok()) {
+            break id;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "salloc made no job");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (Job { id, dir }, salloc)
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn the_heads_agent_killed_before_ready_leaves_the_next_node_heading_the_rest_or_fails_below_min_nodes() {
+    let image = image();
+    let dir = workdir(USER_A, "head-lost");
+    for (min_nodes, expect) in [("2", "ALIVE 2"), ("0", "only 2 of the job's 3 nodes are left and the cluster needs 3 (min_nodes): node1: its agent stopped answering")] {
+        let _min = ConfigOverride::set("min_nodes", min_nodes);
+        let (job, salloc) = salloc_counting_from_node3(&dir, &image);
+        wait_for_process(job.id, "node1", GCS_SERVER, Duration::from_secs(120));
+        let agent = agent_pid(job.id, "node1").expect("the agent on node1");
+        run(&["kill", "-KILL", &agent.to_string()]);
+        let out = salloc.join().unwrap();
+        assert!(out.contains(expect), "min_nodes {min_nodes}: {out}");
+        job.wait(Duration::from_secs(180));
+        assert_clean(&job, USER_A);
+    }
+}

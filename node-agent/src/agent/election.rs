@@ -3,7 +3,9 @@
 //! a node that has not answered by its window's end (`head_timeout` per rank
 //! from the agent's start) is passed over. An agent that passes over every
 //! lower-ranked node is the head. Every agent applies the same rule, and a
-//! follower points askers to its head, so all agree.
+//! follower points askers to its head, so all agree. A head that drops out
+//! before the cluster is ready is passed over when the others elect again.
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -27,17 +29,47 @@ pub async fn resolve(node: &str) -> Result<IpAddr> {
 }
 
 /// Returns this agent's role and, for a follower, a client of the head.
-pub async fn elect(shared: &Shared, started: Instant) -> Result<(Role, Option<MeshClient<Channel>>)> {
+/// `passed` holds nodes not to elect (heads that dropped out before the
+/// cluster was ready); a node that answers OUT joins it. Windows count from
+/// `round` (this election's start), over the candidates not passed; the
+/// election gives up at `give_up`.
+pub async fn elect(
+    shared: &Shared,
+    round: Instant,
+    give_up: Instant,
+    passed: &mut BTreeSet<String>,
+) -> Result<(Role, Option<MeshClient<Channel>>)> {
     let spec = &shared.spec;
     let head_timeout = Duration::from_secs(spec.config.head_timeout);
-    let give_up = started + Duration::from_secs(spec.config.startup_timeout);
-    let mut candidate = 0usize;
-    while candidate < spec.index {
+    // A node passed over itself looks for the new head among all the others.
+    let out = passed.contains(&spec.node);
+    let ranks = if out { 0..spec.nodes.len() } else { 0..spec.index };
+    let candidates: Vec<usize> = ranks
+        .filter(|&i| i != spec.index && !passed.contains(&spec.nodes[i]))
+        .collect();
+    let mut k = 0usize;
+    loop {
         if Instant::now() > give_up {
-            bail!("no head was found within the start-up timeout ({} s)", spec.config.startup_timeout);
+            bail!(
+                "no head was found within the start-up timeout ({} s)",
+                spec.config.startup_timeout
+            );
         }
-        let node = &spec.nodes[candidate];
-        let window_end = started + head_timeout * (candidate as u32 + 1);
+        if k >= candidates.len() {
+            if !out {
+                break;
+            }
+            // The new head has not taken office yet: ask them all again.
+            k = 0;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        let node = &spec.nodes[candidates[k]];
+        if passed.contains(node) {
+            k += 1;
+            continue;
+        }
+        let window_end = round + head_timeout * (k as u32 + 1);
         let ip = resolve(node).await.ok();
         match match ip {
             Some(ip) => mesh::join(shared, ip).await,
@@ -48,15 +80,22 @@ pub async fn elect(shared: &Shared, started: Instant) -> Result<(Role, Option<Me
                     info!(head = %node, "following head");
                     return Ok((Role::Follower(node.clone()), Some(client)));
                 }
-                PbRole::Follower => match spec.nodes.iter().position(|n| *n == reply.head_node) {
-                    Some(h) if h < spec.index => candidate = h,
+                PbRole::Follower => match candidates.iter().position(|&c| spec.nodes[c] == reply.head_node) {
+                    Some(h) if !passed.contains(&reply.head_node) => k = h,
+                    // It follows a head that dropped out (and will elect
+                    // again), or a higher-ranked node: ask again shortly.
                     _ => tokio::time::sleep(Duration::from_millis(100)).await,
                 },
+                PbRole::Out => {
+                    info!(node = %node, "its Ray failed as head; passing over it");
+                    passed.insert(node.clone());
+                    k += 1;
+                }
                 PbRole::Undecided => tokio::time::sleep(Duration::from_millis(50)).await,
             },
             None if Instant::now() >= window_end => {
                 info!(node = %node, "no answer within its window; passing over it");
-                candidate += 1;
+                k += 1;
             }
             None => tokio::time::sleep(Duration::from_millis(100)).await,
         }
@@ -95,7 +134,8 @@ mod tests {
         let elections = agents.iter().map(|a| {
             let a = a.clone();
             tokio::spawn(async move {
-                let (role, _) = elect(&a, started).await.unwrap();
+                let give_up = started + Duration::from_secs(60);
+                let (role, _) = elect(&a, started, give_up, &mut BTreeSet::new()).await.unwrap();
                 a.role.send_replace(role.clone());
                 role
             })
@@ -105,5 +145,59 @@ mod tests {
         assert_eq!(roles, [Role::Head, Role::Follower("127.0.0.3".into())]);
         assert!(started.elapsed() >= Duration::from_secs(1), "passed over before its window ended");
         assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    }
+
+    /// All three agents answer, but the first one's Ray failed as head: it
+    /// says OUT. The third, which has not heard of it, passes over it (OUT)
+    /// or is pointed on to the new head (once the first follows it); the
+    /// second becomes head without waiting for any window; and the first
+    /// finds the new head among the higher-ranked nodes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn after_the_head_steps_down_all_agree_on_the_next_one_and_it_rejoins_as_a_follower() {
+        let nodes = ["127.0.0.5", "127.0.0.6", "127.0.0.7"];
+        let agents: Vec<Arc<Shared>> = (0..3)
+            .map(|i| {
+                let mut spec = spec_for_tests(4343, &nodes, i);
+                spec.config.head_timeout = 30;
+                spec.config.mesh_ports = "47100-47199".into();
+                Arc::new(Shared::new(spec, "t".repeat(64)))
+            })
+            .collect();
+        agents[0].role.send_replace(Role::Out);
+        for a in &agents {
+            let ip: IpAddr = a.spec.node.parse().unwrap();
+            let (listener, _) = mesh::bind(ip, &a.spec.mesh_ports()).await.unwrap();
+            tokio::spawn(mesh::serve(a.clone(), listener));
+        }
+        let started = Instant::now();
+        let elections = agents.iter().enumerate().map(|(i, a)| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let mut passed = BTreeSet::new();
+                if i < 2 {
+                    passed.insert("127.0.0.5".to_string());
+                }
+                let (role, _) = elect(&a, started, started + Duration::from_secs(60), &mut passed)
+                    .await
+                    .unwrap();
+                a.role.send_replace(role.clone());
+                (role, passed)
+            })
+        });
+        let all = tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(elections));
+        let results: Vec<(Role, BTreeSet<String>)> = all
+            .await
+            .expect("no agreement within 20 s")
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let roles: Vec<&Role> = results.iter().map(|(r, _)| r).collect();
+        let next = Role::Follower("127.0.0.6".into());
+        assert_eq!(roles, [&next, &Role::Head, &next]);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "waited for a window: {:?}",
+            started.elapsed()
+        );
     }
 }

@@ -77,6 +77,7 @@ impl Mesh for MeshService {
             Role::Undecided => pb::JoinReply { role: PbRole::Undecided as i32, head_node: String::new() },
             Role::Head => pb::JoinReply { role: PbRole::Head as i32, head_node: self.shared.spec.node.clone() },
             Role::Follower(h) => pb::JoinReply { role: PbRole::Follower as i32, head_node: h.clone() },
+            Role::Out => pb::JoinReply { role: PbRole::Out as i32, head_node: String::new() },
         };
         Ok(Response::new(reply))
     }
@@ -102,7 +103,7 @@ impl Mesh for MeshService {
         info!(node = %r.node, ok = r.ok, message = %r.message, "worker report");
         let result = if r.ok { Ok(()) } else { Err(r.message) };
         self.shared.reports.lock().await.insert(r.node, result);
-        super::lifecycle::recompute_view(&self.shared).await;
+        super::head::recompute_view(&self.shared).await;
         Ok(Response::new(pb::ReportAck {}))
     }
 }

@@ -3,11 +3,13 @@
 //! job's agents, elects a head, runs Ray in the container, and stops it all
 //! on SIGTERM from the epilog.
 mod election;
+mod head;
 mod lifecycle;
 mod local;
 mod mesh;
 mod ray;
 mod state;
+mod worker;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -15,6 +15,9 @@ pub enum Role {
     Undecided,
     Head,
     Follower(String),
+    /// Its Ray failed as head before the cluster was ready: electing again
+    /// without itself, to rejoin as a worker.
+    Out,
 }
 
 /// This node's state as job steps see it.

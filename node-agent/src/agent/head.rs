@@ -1,0 +1,256 @@
+//! The head's part: make the cluster's Ray token, start the Ray head, publish
+//! the GCS address as soon as it accepts connections, and derive the cluster's
+//! phase from the workers' reports until it is ready, or failed. A head whose
+//! Ray fails before the cluster is ready steps down (REELECT) instead.
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use super::lifecycle::{job_notice, publish, start_ray, started, Dropped, End, Prepared};
+use super::mesh::pb::cluster_view::Phase;
+use super::ray::{self, Event};
+use super::state::{Role, Shared};
+
+pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Instant, dropped: &Dropped) -> End {
+    let spec = &shared.spec;
+    let (events, ports) = match prepared {
+        Ok(p) => p,
+        Err(msg) => return fail(shared, format!("{} (head): {msg}", spec.node)),
+    };
+    // Nodes whose agent is gone count as failed; too few left fails now.
+    let lost: Vec<String> = dropped
+        .iter()
+        .filter(|(_, (lost, _))| *lost)
+        .map(|(n, (_, why))| format!("{n}: {why}"))
+        .collect();
+    {
+        let mut reports = shared.reports.lock().await;
+        for (n, (is_lost, why)) in dropped {
+            if *is_lost {
+                reports.insert(
+                    n.clone(),
+                    Err(format!("its agent was lost before the cluster was ready ({why})")),
+                );
+            }
+        }
+    }
+    if spec.nodes.len() - lost.len() < spec.min_nodes() {
+        return fail(
+            shared,
+            format!(
+                "only {} of the job's {} nodes are left and the cluster needs {} (min_nodes): {}",
+                spec.nodes.len() - lost.len(),
+                spec.nodes.len(),
+                spec.min_nodes(),
+                lost.join("; ")
+            ),
+        );
+    }
+    let token = match crate::secret::random_token() {
+        Ok(t) => t,
+        Err(e) => return fail(shared, format!("node fault: no random token: {e}")),
+    };
+    let job = ray::slurm_job(spec.job_id).await;
+    let own_memory = job.memory_mb.get(&spec.node).copied();
+    let pick = || -> std::io::Result<(u16, u16)> {
+        Ok((
+            ray::free_port(ip).map_err(std::io::Error::other)?,
+            ray::free_port(ip).map_err(std::io::Error::other)?,
+        ))
+    };
+    let (gcs, dash) = match pick() {
+        Ok(p) => p,
+        Err(e) => return fail(shared, format!("no free port on {ip}: {e}")),
+    };
+    publish(shared, |v| {
+        v.set_phase(Phase::Starting);
+        v.head_node = spec.node.clone();
+        v.gcs_address.clear();
+        v.ready_nodes.clear();
+        v.message.clear();
+        v.ray_token = token;
+        v.memory_mb = job.memory_mb.into_iter().collect();
+        v.job_stderr = job.stderr.unwrap_or_default();
+    });
+    for (n, (_, why)) in dropped {
+        job_notice(
+            shared,
+            &format!(
+                "syndeo: the Ray head on {n} dropped out before the cluster was ready ({why}); {} is the head now",
+                spec.node
+            ),
+        );
+    }
+    let mut events = events;
+    let args = ray::head_args(spec, ip, gcs, dash, &ports, own_memory);
+    if let Err(m) = start_ray(shared, &args).await {
+        return fail(shared, m);
+    }
+    if let Err(f) = head_started(shared, ip, gcs, &mut events, t0).await {
+        return if f.loaded {
+            step_down(shared, f.message)
+        } else {
+            fail(shared, f.message)
+        };
+    }
+    info!("Ray head started in {:?}", t0.elapsed());
+    publish(shared, |v| {
+        if spec.config.dashboard {
+            v.dashboard_url = format!("http://{ip}:{dash}");
+        }
+        v.set_phase(Phase::HeadReady);
+    });
+    recompute_view(shared).await;
+
+    let deadline = tokio::spawn(fail_at_deadline(
+        shared.clone(),
+        t0 + Duration::from_secs(spec.config.startup_timeout),
+    ));
+    let end = watch_own_ray(shared, events).await;
+    deadline.abort();
+    end
+}
+
+/// The head's `ray start`; the GCS address goes out as soon as the GCS
+/// accepts connections, before `ray start` returns: the workers' start
+/// overlaps the rest of the head's (its raylet and agents). Earlier, they
+/// would only poll a GCS that is not there yet, and on a busy node that costs
+/// more than it saves.
+async fn head_started(
+    shared: &Shared,
+    ip: IpAddr,
+    gcs: u16,
+    events: &mut mpsc::Receiver<Event>,
+    t0: Instant,
+) -> Result<(), super::lifecycle::StartFailure> {
+    let gcs_address = format!("{ip}:{gcs}");
+    let publish_address = || publish(shared, |v| v.gcs_address = gcs_address.clone());
+    let mut published = false;
+    let result = {
+        let head_started = started(shared, events, "Ray head");
+        let gcs_up = async {
+            while tokio::net::TcpStream::connect((ip, gcs)).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::pin!(head_started, gcs_up);
+        loop {
+            tokio::select! {
+                _ = &mut gcs_up, if !published => {
+                    info!("GCS up after {:?}; workers may start", t0.elapsed());
+                    publish_address();
+                    published = true;
+                }
+                r = &mut head_started => break r,
+            }
+        }
+    };
+    if result.is_ok() && !published {
+        publish_address();
+    }
+    result
+}
+
+fn fail(shared: &Shared, msg: String) -> End {
+    publish(shared, |v| {
+        v.set_phase(Phase::Failed);
+        v.message = msg.clone();
+    });
+    End::Failed(msg)
+}
+
+/// This head's Ray failed before the cluster was ready: the workers elect
+/// another head (they see REELECT), and this node rejoins as a worker.
+fn step_down(shared: &Shared, why: String) -> End {
+    warn!("stepping down as head: {why}");
+    publish(shared, |v| {
+        v.set_phase(Phase::Reelect);
+        v.gcs_address.clear();
+        v.message = why.clone();
+    });
+    End::Reelect {
+        head: shared.spec.node.clone(),
+        lost: false,
+        why,
+    }
+}
+
+/// The cluster must be ready by the start-up deadline.
+async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
+    tokio::time::sleep_until(deadline.into()).await;
+    let v = shared.view.borrow().clone();
+    if matches!(v.phase(), Phase::Starting | Phase::HeadReady) {
+        let missing: Vec<&String> = shared
+            .spec
+            .nodes
+            .iter()
+            .filter(|n| !v.ready_nodes.contains(n))
+            .collect();
+        let msg = format!(
+            "only {} of the {} required nodes joined within the start-up timeout ({} s); missing: {:?}",
+            v.ready_nodes.len(),
+            shared.spec.min_nodes(),
+            shared.spec.config.startup_timeout,
+            missing
+        );
+        fail(&shared, msg);
+    }
+}
+
+/// After start: the head's Ray dying before the cluster is ready makes it
+/// step down; later, it ends the job's cluster (the head holds its state).
+async fn watch_own_ray(shared: &Shared, mut events: mpsc::Receiver<Event>) -> End {
+    while let Some(ev) = events.recv().await {
+        if matches!(ev, Event::Died | Event::Exited) {
+            let why = format!(
+                "the Ray head on {} ended: {}",
+                shared.spec.node,
+                ray::log_tail(&shared.spec.job_dir, 3)
+            );
+            if shared.view.borrow().phase() != Phase::Ready {
+                return step_down(shared, why);
+            }
+            warn!("this node's Ray ended while the job ran");
+            return fail(
+                shared,
+                format!(
+                    "the Ray head on {} ended while the job ran: {}",
+                    shared.spec.node,
+                    ray::log_tail(&shared.spec.job_dir, 3)
+                ),
+            );
+        }
+    }
+    std::future::pending().await
+}
+
+/// Head: derive the cluster's phase from its own Ray and the workers' reports.
+pub async fn recompute_view(shared: &Shared) {
+    if *shared.role.borrow() != Role::Head {
+        return;
+    }
+    let reports = shared.reports.lock().await.clone();
+    let spec = &shared.spec;
+    publish(shared, |v| {
+        if matches!(v.phase(), Phase::Failed | Phase::Starting | Phase::Reelect) {
+            return;
+        }
+        let mut ready = vec![spec.node.clone()];
+        ready.extend(reports.iter().filter(|(_, r)| r.is_ok()).map(|(n, _)| n.clone()));
+        ready.sort_by_key(|n| spec.nodes.iter().position(|x| x == n));
+        let failed: Vec<String> = reports
+            .iter()
+            .filter_map(|(n, r)| r.as_ref().err().map(|m| format!("{n}: {m}")))
+            .collect();
+        v.ready_nodes = ready;
+        if v.ready_nodes.len() >= spec.min_nodes() {
+            v.set_phase(Phase::Ready);
+        } else if spec.nodes.len() - failed.len() < spec.min_nodes() {
+            v.set_phase(Phase::Failed);
+            v.message = failed.join("; ");
+        }
+    });
+}
