@@ -44,6 +44,13 @@ pub enum Cmd {
     },
     /// Inside a job: this node's agent and Ray logs, or NODE's
     Logs { node: Option<String> },
+    /// (benchmark builds only) N simulated nodes' agents on loopback, Ray a no-op
+    #[cfg(feature = "mesh-bench")]
+    #[command(hide = true)]
+    MeshBench {
+        #[arg(long, value_delimiter = ',', default_values_t = [64, 256, 1024, 4096])]
+        nodes: Vec<usize>,
+    },
 }
 
 #[derive(Args, Debug)]

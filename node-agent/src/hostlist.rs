@@ -60,6 +60,42 @@ pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
     Ok(out)
 }
 
+/// The shortest-form hostlist expression of `names`, in their order:
+/// `["n1", "n2", "n3", "n7", "login"]` -> `n[1-3,7],login`. `expand` gives
+/// the names back (zero padding included).
+pub fn compress(names: &[String]) -> String {
+    // Each item: a prefix and its ranges (lower bound as written, low, high).
+    let mut items: Vec<(&str, Vec<(&str, u64, u64)>)> = Vec::new();
+    for n in names {
+        let (prefix, digits) = n.split_at(n.trim_end_matches(|c: char| c.is_ascii_digit()).len());
+        let Ok(v) = digits.parse::<u64>() else {
+            items.push((n, Vec::new()));
+            continue;
+        };
+        match items.last_mut() {
+            Some((p, ranges)) if *p == prefix && !ranges.is_empty() => {
+                let (lo, _, hi) = ranges.last_mut().expect("not empty");
+                if v == *hi + 1 && format!("{v:0w$}", w = lo.len()) == digits {
+                    *hi = v;
+                } else {
+                    ranges.push((digits, v, v));
+                }
+            }
+            _ => items.push((prefix, vec![(digits, v, v)])),
+        }
+    }
+    let item = |(p, ranges): &(&str, Vec<(&str, u64, u64)>)| match ranges.as_slice() {
+        [] => p.to_string(),
+        [(lo, a, b)] if a == b => format!("{p}{lo}"),
+        _ => {
+            let parts: Vec<String> =
+                ranges.iter().map(|(lo, a, b)| if a == b { lo.to_string() } else { format!("{lo}-{b}") }).collect();
+            format!("{p}[{}]", parts.join(","))
+        }
+    };
+    items.iter().map(item).collect::<Vec<_>>().join(",")
+}
+
 /// Splits on commas that are not inside brackets.
 fn split_top_level(list: &str) -> Result<Vec<String>, HostlistError> {
     let (mut items, mut cur, mut depth) = (Vec::new(), String::new(), 0i32);
@@ -145,6 +181,31 @@ mod tests {
         assert!(matches!(expand("n[3-1]"), Err(HostlistError::BadRange { .. })));
         assert!(matches!(expand("n[a-b]"), Err(HostlistError::BadRange { .. })));
         assert!(matches!(expand("n[[1]]"), Err(HostlistError::Unbalanced(_))));
+    }
+
+    #[test]
+    fn compress_gives_back_what_expand_takes_in_the_same_order() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+        for (names, expr) in [
+            (s(&["n1", "n2", "n3", "n7", "login"]), "n[1-3,7],login"),
+            (s(&["node08", "node09", "node10"]), "node[08-10]"),
+            (s(&["n9", "n10", "n11"]), "n[9-11]"),
+            (s(&["n09", "n10", "n011"]), "n[09-10,011]"),
+            (s(&["n3", "n1", "n2"]), "n[3,1-2]"),
+            (s(&["rack1-n1", "rack1-n2", "rack2-n1"]), "rack1-n[1-2],rack2-n1"),
+            (s(&["127.10.0.1", "127.10.0.2", "127.10.1.1"]), "127.10.0.[1-2],127.10.1.1"),
+            (s(&["a", "b1"]), "a,b1"),
+            (s(&[]), ""),
+        ] {
+            assert_eq!(compress(&names), expr);
+            assert_eq!(expand(expr).unwrap(), names, "{expr}");
+        }
+    }
+
+    #[test]
+    fn four_thousand_contiguous_nodes_compress_to_one_range() {
+        let names: Vec<String> = (1..=4096).map(|i| format!("node{i:04}")).collect();
+        assert_eq!(compress(&names), "node[0001-4096]");
     }
 
     #[test]

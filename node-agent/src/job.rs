@@ -79,7 +79,7 @@ impl JobSpec {
 }
 
 /// A job spec for unit tests: `nodes` in list order, this node at `index`.
-#[cfg(test)]
+#[cfg(any(test, feature = "mesh-bench"))]
 pub fn spec_for_tests(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
     let job = job_id.to_string();
     JobSpec {

@@ -40,6 +40,8 @@ fn main() -> ExitCode {
         cli::Cmd::Wait { timeout } => user_cli::wait(timeout),
         cli::Cmd::Exec { cmd } => user_cli::exec(&cmd),
         cli::Cmd::Logs { node } => user_cli::logs(node.as_deref()),
+        #[cfg(feature = "mesh-bench")]
+        cli::Cmd::MeshBench { nodes } => agent::meshbench::run(&nodes),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

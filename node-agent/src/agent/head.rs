@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::lifecycle::{job_notice, publish, start_ray, started, Dropped, End, Prepared};
 use super::mesh::pb::cluster_view::Phase;
 use super::ray::{self, Event};
-use super::state::{Role, Shared};
+use super::state::{Local, Role, Shared};
 
 pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Instant, dropped: &Dropped) -> End {
     let spec = &shared.spec;
@@ -53,6 +53,9 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
         Ok(t) => t,
         Err(e) => return fail(shared, format!("node fault: no random token: {e}")),
     };
+    #[cfg(feature = "mesh-bench")]
+    let job = if shared.noop_ray { Default::default() } else { ray::slurm_job(spec.job_id).await };
+    #[cfg(not(feature = "mesh-bench"))]
     let job = ray::slurm_job(spec.job_id).await;
     let own_memory = job.memory_mb.get(&spec.node).copied();
     let pick = || -> std::io::Result<(u16, u16)> {
@@ -181,23 +184,24 @@ fn step_down(shared: &Shared, why: String) -> End {
 /// The cluster must be ready by the start-up deadline.
 async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
     tokio::time::sleep_until(deadline.into()).await;
-    let v = shared.view.borrow().clone();
-    if matches!(v.phase(), Phase::Starting | Phase::HeadReady) {
-        let missing: Vec<&String> = shared
-            .spec
-            .nodes
-            .iter()
-            .filter(|n| !v.ready_nodes.contains(n))
-            .collect();
-        let msg = format!(
-            "only {} of the {} required nodes joined within the start-up timeout ({} s); missing: {:?}",
-            v.ready_nodes.len(),
-            shared.spec.min_nodes(),
-            shared.spec.config.startup_timeout,
-            missing
-        );
-        fail(&shared, msg);
+    let reports = shared.reports.lock().await;
+    let phase = shared.view.borrow().phase();
+    if !matches!(phase, Phase::Starting | Phase::HeadReady) {
+        return;
     }
+    let spec = &shared.spec;
+    let (joined, missing): (Vec<&String>, Vec<&String>) = spec.nodes.iter().partition(|n| {
+        (**n == spec.node && phase == Phase::HeadReady) || matches!(reports.get(*n), Some(Ok(())))
+    });
+    let msg = format!(
+        "only {} of the {} required nodes joined within the start-up timeout ({} s); missing: {:?}",
+        joined.len(),
+        spec.min_nodes(),
+        spec.config.startup_timeout,
+        missing
+    );
+    drop(reports);
+    fail(&shared, msg);
 }
 
 /// After start: the head's Ray dying before the cluster is ready makes it
@@ -227,30 +231,55 @@ async fn watch_own_ray(shared: &Shared, mut events: mpsc::Receiver<Event>) -> En
     std::future::pending().await
 }
 
-/// Head: derive the cluster's phase from its own Ray and the workers' reports.
+/// Head: derive the cluster's phase from its own Ray and the workers'
+/// reports. O(nodes) per report; the list of ready nodes (in the job's
+/// order) is built only once the cluster is ready.
 pub async fn recompute_view(shared: &Shared) {
+    let reports = shared.reports.lock().await;
+    recompute_with(shared, &reports);
+}
+
+/// A worker's report: recorded and counted under one lock, so that each
+/// report is counted once and the ready list is built once, not per report.
+pub async fn record_report(shared: &Shared, node: String, result: Result<(), String>) {
+    let mut reports = shared.reports.lock().await;
+    if reports.get(&node) == Some(&result) {
+        return;
+    }
+    reports.insert(node, result);
+    recompute_with(shared, &reports);
+}
+
+fn recompute_with(shared: &Shared, reports: &std::collections::BTreeMap<String, Result<(), String>>) {
     if *shared.role.borrow() != Role::Head {
         return;
     }
-    let reports = shared.reports.lock().await.clone();
     let spec = &shared.spec;
-    publish(shared, |v| {
-        if matches!(v.phase(), Phase::Failed | Phase::Starting | Phase::Reelect) {
-            return;
-        }
-        let mut ready = vec![spec.node.clone()];
-        ready.extend(reports.iter().filter(|(_, r)| r.is_ok()).map(|(n, _)| n.clone()));
-        ready.sort_by_key(|n| spec.nodes.iter().position(|x| x == n));
-        let failed: Vec<String> = reports
+    let phase = shared.view.borrow().phase();
+    if matches!(phase, Phase::Failed | Phase::Starting | Phase::Reelect) {
+        return;
+    }
+    let joined = 1 + reports.values().filter(|r| r.is_ok()).count();
+    let failed = reports.values().filter(|r| r.is_err()).count();
+    if joined >= spec.min_nodes() || phase == Phase::Ready {
+        let ready: Vec<String> = spec
+            .nodes
             .iter()
-            .filter_map(|(n, r)| r.as_ref().err().map(|m| format!("{n}: {m}")))
+            .filter(|n| **n == spec.node || matches!(reports.get(*n), Some(Ok(()))))
+            .cloned()
             .collect();
-        v.ready_nodes = ready;
-        if v.ready_nodes.len() >= spec.min_nodes() {
+        publish(shared, |v| {
+            v.ready_nodes = ready;
             v.set_phase(Phase::Ready);
-        } else if spec.nodes.len() - failed.len() < spec.min_nodes() {
+        });
+    } else if spec.nodes.len() - failed < spec.min_nodes() {
+        let why: Vec<String> =
+            reports.iter().filter_map(|(n, r)| r.as_ref().err().map(|m| format!("{n}: {m}"))).collect();
+        publish(shared, |v| {
             v.set_phase(Phase::Failed);
-            v.message = failed.join("; ");
-        }
-    });
+            v.message = why.join("; ");
+        });
+    } else {
+        shared.set_local(Local::Starting(format!("{joined} of {} nodes joined", spec.nodes.len())));
+    }
 }

@@ -100,6 +100,7 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
         shared
             .role
             .send_replace(if head == node { Role::Out } else { Role::Undecided });
+        shared.set_joined(false);
         shared.set_local(Local::Starting(format!(
             "the head {head} dropped out; electing another"
         )));
@@ -117,6 +118,12 @@ pub type Prepared = Result<(mpsc::Receiver<Event>, NodePorts), String>;
 /// Checks the image and starts the container with the launcher, which loads Ray and waits.
 async fn prepare(shared: &Arc<Shared>, ip: IpAddr) -> Prepared {
     let spec = &shared.spec;
+    #[cfg(feature = "mesh-bench")]
+    if shared.noop_ray {
+        let (proc_, events) = RayProcess::noop();
+        shared.ray.lock().await.replace(proc_);
+        return Ok((events, NodePorts::pick(ip).map_err(|e| e.to_string())?));
+    }
     let image = spec.image_path()?;
     crate::runtime::check_image(shared.runtime.as_ref(), &image, &spec.config.allowed_image_dirs)?;
     if !spec.workdir.is_dir() {
@@ -204,22 +211,53 @@ pub async fn started(shared: &Shared, events: &mut mpsc::Receiver<Event>, what: 
 
 pub fn publish(shared: &Shared, f: impl FnOnce(&mut ClusterView)) {
     shared.view.send_modify(f);
+    let light = broadcast_view(&shared.view.borrow());
+    shared.broadcast.send_if_modified(|b| {
+        let changed = *b != light;
+        *b = light;
+        changed
+    });
     sync_local(shared);
+}
+
+/// The view as workers receive it: no per-node lists, and the ready nodes
+/// as one hostlist expression once the cluster is ready.
+fn broadcast_view(v: &ClusterView) -> ClusterView {
+    let ready = v.phase() == Phase::Ready;
+    ClusterView {
+        phase: v.phase,
+        head_node: v.head_node.clone(),
+        gcs_address: v.gcs_address.clone(),
+        message: v.message.clone(),
+        ready_nodes: Vec::new(),
+        dashboard_url: v.dashboard_url.clone(),
+        ray_token: v.ray_token.clone(),
+        memory_mb: Default::default(),
+        job_stderr: v.job_stderr.clone(),
+        ready_hostlist: if ready { crate::hostlist::compress(&v.ready_nodes) } else { String::new() },
+    }
 }
 
 /// This node's state follows the cluster view (and its own Ray's state).
 pub fn sync_local(shared: &Shared) {
-    let v = shared.view.borrow().clone();
-    match v.phase() {
-        Phase::Failed => shared.fail(v.message.clone()),
-        Phase::Ready if v.ready_nodes.contains(&shared.spec.node) => shared.set_local(Local::Ready),
-        Phase::Ready | Phase::HeadReady => shared.set_local(Local::Starting(format!(
-            "{} of {} nodes joined",
-            v.ready_nodes.len(),
-            shared.spec.nodes.len()
-        ))),
-        Phase::Starting => shared.set_local(Local::Starting("the head is starting Ray".into())),
-        Phase::Reelect => shared.set_local(Local::Starting(format!("electing another head: {}", v.message))),
+    let local = {
+        let v = shared.view.borrow();
+        let node = &shared.spec.node;
+        match v.phase() {
+            Phase::Failed => Local::Failed(v.message.clone()),
+            // A worker knows it joined (it told the head); the head has the list.
+            Phase::Ready if shared.has_joined() || v.ready_nodes.contains(node) => Local::Ready,
+            Phase::Ready => Local::Starting(format!("the cluster is ready; {node}'s Ray has not joined it yet")),
+            // The head counts the nodes that join (`recompute_view`); workers hear of them once ready.
+            Phase::HeadReady if v.head_node == *node => Local::Starting("the head is up; waiting for the workers".into()),
+            Phase::HeadReady => Local::Starting("the head is up; this node's Ray is joining it".into()),
+            Phase::Starting => Local::Starting("the head is starting Ray".into()),
+            Phase::Reelect => Local::Starting(format!("electing another head: {}", v.message)),
+        }
+    };
+    match local {
+        Local::Failed(m) => shared.fail(m),
+        l => shared.set_local(l),
     }
 }
 
@@ -263,5 +301,38 @@ pub async fn stop(shared: &Shared) {
     let grace = Duration::from_secs(shared.spec.config.stop_grace.saturating_sub(3).max(2));
     if let Some(p) = shared.ray.lock().await.take() {
         p.stop(grace).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(phase: Phase, nodes: usize) -> ClusterView {
+        let mut v = ClusterView {
+            head_node: "node0001".into(),
+            gcs_address: "10.0.0.1:6379".into(),
+            ray_token: "t".into(),
+            ready_nodes: (1..=nodes).map(|i| format!("node{i:04}")).collect(),
+            memory_mb: (1..=nodes).map(|i| (format!("node{i:04}"), 4096)).collect(),
+            ..Default::default()
+        };
+        v.set_phase(phase);
+        v
+    }
+
+    /// What a worker receives costs the same for 4,096 nodes as for 4: no
+    /// per-node list; the ready nodes come as one hostlist expression, and
+    /// only once the cluster is ready.
+    #[test]
+    fn workers_views_carry_no_per_node_lists_only_a_hostlist_once_ready() {
+        let starting = broadcast_view(&view(Phase::HeadReady, 4096));
+        assert!(starting.ready_nodes.is_empty() && starting.memory_mb.is_empty());
+        assert_eq!(starting.ready_hostlist, "");
+        assert_eq!((starting.gcs_address.as_str(), starting.ray_token.as_str()), ("10.0.0.1:6379", "t"));
+        let ready = broadcast_view(&view(Phase::Ready, 4096));
+        assert!(ready.ready_nodes.is_empty() && ready.memory_mb.is_empty());
+        assert_eq!(ready.ready_hostlist, "node[0001-4096]");
+        assert_eq!(crate::hostlist::expand(&ready.ready_hostlist).unwrap(), view(Phase::Ready, 4096).ready_nodes);
     }
 }

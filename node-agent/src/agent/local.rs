@@ -92,7 +92,7 @@ fn status(shared: &Shared) -> Value {
         "head": v.head_node,
         "ray_address": v.gcs_address,
         "nodes": shared.spec.nodes,
-        "ready_nodes": v.ready_nodes,
+        "ready_nodes": shared.ready_nodes(),
         "dashboard_url": v.dashboard_url,
         "runtime": shared.runtime.name(),
     })

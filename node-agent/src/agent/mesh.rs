@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::net::{TcpListener, TcpSocket};
 use tokio_stream::wrappers::{TcpListenerStream, WatchStream};
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint, Server};
@@ -28,11 +30,24 @@ use pb::mesh_server::{Mesh, MeshServer};
 
 pub const TOKEN_HEADER: &str = "x-syndeo-token";
 
+/// Calls this process's mesh servers answered, and cluster views they sent
+/// on Watch streams: the mesh-scale benchmark's message count.
+pub static CALLS_SERVED: AtomicU64 = AtomicU64::new(0);
+pub static VIEWS_SENT: AtomicU64 = AtomicU64::new(0);
+
+/// Every worker connects to the head at about the same time: a backlog
+/// beyond tokio's default 1,024 keeps a large job's connects from waiting
+/// for SYN retries (the kernel caps it at net.core.somaxconn).
+const BACKLOG: u32 = 8192;
+
 /// Binds the first free port of the job's candidates on `ip` (never 0.0.0.0).
 pub async fn bind(ip: IpAddr, ports: &[u16]) -> anyhow::Result<(TcpListener, u16)> {
     for &p in ports {
-        if let Ok(l) = TcpListener::bind(SocketAddr::new(ip, p)).await {
-            return Ok((l, p));
+        let socket = if ip.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        if socket.bind(SocketAddr::new(ip, p)).is_ok() {
+            if let Ok(l) = socket.listen(BACKLOG) {
+                return Ok((l, p));
+            }
         }
     }
     anyhow::bail!("none of this job's mesh ports {ports:?} is free on {ip}; widen mesh_ports in syndeo.toml")
@@ -57,6 +72,7 @@ struct MeshService {
 
 impl MeshService {
     fn check<T>(&self, req: &Request<T>, job_id: u32, node: &str) -> Result<(), Status> {
+        CALLS_SERVED.fetch_add(1, Ordering::Relaxed);
         let token = req.metadata().get(TOKEN_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
         if job_id != self.shared.spec.job_id || !tokens_equal(token, &self.shared.mesh_token) {
             warn!(peer = ?req.remote_addr(), claimed_job = job_id, claimed_node = node, "refused a mesh call without this job's token");
@@ -90,20 +106,27 @@ impl Mesh for MeshService {
         if *self.shared.role.borrow() != Role::Head {
             return Err(Status::failed_precondition("not the head"));
         }
-        let s = WatchStream::new(self.shared.view.subscribe()).map(Ok);
+        // Each worker gets its own memory entry (from the head's full view).
+        let (shared, node) = (self.shared.clone(), r.node.clone());
+        let s = WatchStream::new(self.shared.broadcast.subscribe()).map(move |mut v| {
+            VIEWS_SENT.fetch_add(1, Ordering::Relaxed);
+            if let Some(&mb) = shared.view.borrow().memory_mb.get(&node) {
+                v.memory_mb.insert(node.clone(), mb);
+            }
+            Ok(v)
+        });
         Ok(Response::new(Box::pin(s)))
     }
 
     async fn report(&self, req: Request<pb::NodeReport>) -> Result<Response<pb::ReportAck>, Status> {
         let r = req.get_ref().clone();
         self.check(&req, r.job_id, &r.node)?;
-        if !self.shared.spec.nodes.contains(&r.node) {
+        if !self.shared.is_node(&r.node) {
             return Err(Status::invalid_argument("node is not in this job"));
         }
         info!(node = %r.node, ok = r.ok, message = %r.message, "worker report");
         let result = if r.ok { Ok(()) } else { Err(r.message) };
-        self.shared.reports.lock().await.insert(r.node, result);
-        super::head::recompute_view(&self.shared).await;
+        super::head::record_report(&self.shared, r.node, result).await;
         Ok(Response::new(pb::ReportAck {}))
     }
 }

@@ -7,6 +7,8 @@ mod head;
 mod lifecycle;
 mod local;
 mod mesh;
+#[cfg(feature = "mesh-bench")]
+pub mod meshbench;
 mod ray;
 mod state;
 mod worker;

@@ -170,8 +170,11 @@ pub fn parse_event(line: &str) -> Option<Event> {
 }
 
 pub struct RayProcess {
-    child: Child,
+    /// None for the mesh-scale benchmark's no-op launcher.
+    child: Option<Child>,
     stdin: Option<ChildStdin>,
+    /// The no-op launcher's events: `start` answers at once.
+    noop: Option<mpsc::Sender<Event>>,
 }
 
 impl RayProcess {
@@ -198,11 +201,23 @@ impl RayProcess {
             }
             let _ = tx.send(Event::Exited).await;
         });
-        Ok((RayProcess { child, stdin }, rx))
+        Ok((RayProcess { child: Some(child), stdin, noop: None }, rx))
+    }
+
+    /// The mesh-scale benchmark's stand-in for the container: no process; it
+    /// is ready at once and answers `ray start` with "started".
+    #[cfg(feature = "mesh-bench")]
+    pub fn noop() -> (RayProcess, mpsc::Receiver<Event>) {
+        let (tx, rx) = mpsc::channel(4);
+        tx.try_send(Event::LauncherReady).expect("room in a fresh channel");
+        (RayProcess { child: None, stdin: None, noop: Some(tx) }, rx)
     }
 
     /// Hands the launcher the `ray start` arguments and the auth token.
     pub async fn start(&mut self, args: &[String], ray_token: &str) -> Result<()> {
+        if let Some(tx) = &self.noop {
+            return tx.send(Event::Started).await.context("no-op launcher gone");
+        }
         let line = serde_json::json!({ "args": args, "env": { "RAY_AUTH_TOKEN": ray_token } }).to_string() + "\n";
         let stdin = self.stdin.as_mut().context("launcher stdin closed")?;
         stdin.write_all(line.as_bytes()).await?;
@@ -213,11 +228,12 @@ impl RayProcess {
     /// Ends Ray gracefully (end of stdin), then kills the container after `grace`.
     pub async fn stop(mut self, grace: Duration) {
         drop(self.stdin.take());
-        match tokio::time::timeout(grace, self.child.wait()).await {
+        let Some(mut child) = self.child.take() else { return };
+        match tokio::time::timeout(grace, child.wait()).await {
             Ok(_) => info!("Ray container stopped"),
             Err(_) => {
                 warn!("Ray container still running after {grace:?}; killing it");
-                let _ = self.child.kill().await;
+                let _ = child.kill().await;
             }
         }
     }

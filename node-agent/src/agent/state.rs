@@ -1,7 +1,9 @@
 //! What one agent knows and shares between its tasks: the job, its role in
 //! the election, the cluster view (authoritative on the head, a mirror on
 //! workers), this node's own state, and the Ray container.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use tokio::sync::{watch, Mutex};
 
@@ -34,10 +36,21 @@ pub struct Shared {
     pub mesh_token: String,
     pub role: watch::Sender<Role>,
     pub view: watch::Sender<ClusterView>,
+    /// Head only: what the workers' Watch streams carry, the view without its
+    /// per-node lists (see `ClusterView.ready_hostlist`); it changes only
+    /// when the phase or the cluster's addresses do, a few times per job.
+    pub broadcast: watch::Sender<ClusterView>,
     pub local: watch::Sender<Local>,
     /// Head only: each worker's report (Ok, or why its Ray could not join).
     pub reports: Mutex<BTreeMap<String, Result<(), String>>>,
     pub ray: Mutex<Option<RayProcess>>,
+    /// The job's nodes, for lookups (the head's; made on first use).
+    node_set: OnceLock<BTreeSet<String>>,
+    /// Worker: this node's Ray joined the cluster and the head was told so.
+    pub joined: AtomicBool,
+    /// The mesh-scale benchmark's agents launch a no-op in place of Ray.
+    #[cfg(feature = "mesh-bench")]
+    pub noop_ray: bool,
 }
 
 impl Shared {
@@ -48,9 +61,14 @@ impl Shared {
             mesh_token,
             role: watch::channel(Role::Undecided).0,
             view: watch::channel(ClusterView::default()).0,
+            broadcast: watch::channel(ClusterView::default()).0,
             local: watch::channel(Local::Starting("electing a head".into())).0,
             reports: Mutex::new(BTreeMap::new()),
             ray: Mutex::new(None),
+            joined: AtomicBool::new(false),
+            node_set: OnceLock::new(),
+            #[cfg(feature = "mesh-bench")]
+            noop_ray: false,
             spec,
         }
     }
@@ -72,6 +90,30 @@ impl Shared {
         self.set_local(Local::Failed(msg));
     }
 
+    /// The nodes in the ready cluster: the head's own list, or on a worker
+    /// the head's hostlist expression of it, expanded.
+    pub fn ready_nodes(&self) -> Vec<String> {
+        let v = self.view.borrow();
+        if !v.ready_nodes.is_empty() {
+            return v.ready_nodes.clone();
+        }
+        crate::hostlist::expand(&v.ready_hostlist).unwrap_or_default()
+    }
+
+    /// Whether `node` is one of the job's nodes (O(log N): reports from all
+    /// of a large job's nodes are checked).
+    pub fn is_node(&self, node: &str) -> bool {
+        self.node_set.get_or_init(|| self.spec.nodes.iter().cloned().collect()).contains(node)
+    }
+
+    pub fn has_joined(&self) -> bool {
+        self.joined.load(Ordering::Relaxed)
+    }
+
+    pub fn set_joined(&self, joined: bool) {
+        self.joined.store(joined, Ordering::Relaxed);
+    }
+
     /// Variables a job step gets once the cluster is ready.
     pub fn step_env(&self) -> BTreeMap<String, String> {
         let v = self.view.borrow().clone();
@@ -83,7 +125,7 @@ impl Shared {
         env.insert("RAY_USAGE_STATS_ENABLED".into(), "0".into());
         env.insert("SYNDEO_JOB_DIR".into(), s.job_dir.display().to_string());
         env.insert("SYNDEO_HEAD".into(), v.head_node.clone());
-        env.insert("SYNDEO_NODES".into(), v.ready_nodes.join(","));
+        env.insert("SYNDEO_NODES".into(), self.ready_nodes().join(","));
         if !v.dashboard_url.is_empty() {
             env.insert("SYNDEO_DASHBOARD_URL".into(), v.dashboard_url.clone());
         }

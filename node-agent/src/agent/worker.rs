@@ -98,11 +98,14 @@ pub async fn run(
                         if let Err(e) = head.report(report(true, String::new())).await {
                             return lost_head(shared, &head_node, e.message());
                         }
+                        shared.set_joined(true);
+                        sync_local(shared);
                         continue;
                     }
                     Some(Event::Started) => continue,
                     Some(Event::Died) | Some(Event::Exited) | None if joined && restarts < spec.config.ray_restarts => {
                         restarts += 1;
+                        shared.set_joined(false);
                         warn!(restarts, "this node's Ray died while the job ran: {}; restarting it", ray::log_tail(&spec.job_dir, 3));
                         if let Some(old) = shared.ray.lock().await.take() {
                             old.stop(Duration::from_secs(2)).await;
