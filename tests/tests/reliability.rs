@@ -308,3 +308,57 @@ fn the_heads_agent_killed_before_ready_leaves_the_next_node_heading_the_rest_or_
         assert_clean(&job, USER_A);
     }
 }
+
+/// Makes a node's runtime base (/run/syndeo, its own tmpfs) read-only; puts
+/// it back and resumes the node when dropped, whatever the test did.
+struct ReadOnlyBase(&'static str);
+
+impl ReadOnlyBase {
+    fn new(node: &'static str) -> ReadOnlyBase {
+        let o = in_node(node, &["mount", "-o", "remount,ro", "/run/syndeo"]);
+        assert!(o.status.success(), "{}", text(&o));
+        ReadOnlyBase(node)
+    }
+}
+
+impl Drop for ReadOnlyBase {
+    fn drop(&mut self) {
+        in_node(self.0, &["mount", "-o", "remount,rw", "/run/syndeo"]);
+        run(&["scontrol", "update", &format!("NodeName={}", self.0), "State=RESUME"]);
+    }
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn an_unwritable_runtime_base_drains_only_that_node_with_a_reason_that_names_it() {
+    let image = image();
+    let dir = workdir(USER_A, "readonly-base");
+    {
+        let _ro = ReadOnlyBase::new("node3");
+        let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        let t = std::time::Instant::now();
+        let reason = loop {
+            let o = run(&["sinfo", "-h", "-n", "node3", "-o", "%E"]);
+            let r = text(&o).trim().to_string();
+            if !r.is_empty() && r != "none" {
+                break r;
+            }
+            assert!(t.elapsed() < Duration::from_secs(120), "node3 was not drained: {}", job.output());
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        assert!(reason.starts_with("syndeo: node fault in the prolog of job"), "{reason}");
+        assert!(reason.contains("/run/syndeo") && reason.contains("Read-only file system"), "{reason}");
+        let drained = drained_nodes();
+        assert!(drained.len() == 1 && drained[0].starts_with("node3 "), "{drained:?}");
+        run(&["scancel", &job.id.to_string()]);
+        job.wait(Duration::from_secs(120));
+        assert!(!job.stdout().contains("SCRIPT RAN"), "{}", job.output());
+    }
+    assert!(drained_nodes().is_empty(), "{:?}", drained_nodes());
+    // The node serves syndeo jobs again once its base is fixed and it is resumed.
+    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN $SYNDEO_NODES\n");
+    assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+    assert!(job.stdout().contains("SCRIPT RAN node1,node2,node3"), "{}", job.output());
+    let left = leftovers(job.id, USER_A);
+    assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
+}

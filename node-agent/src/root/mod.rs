@@ -3,6 +3,7 @@
 //! drop every privilege before anything of the user's runs, and find the
 //! job's processes by PID and start time, never by name.
 pub mod dirs;
+pub mod drain;
 pub mod epilog;
 pub mod privdrop;
 pub mod procs;

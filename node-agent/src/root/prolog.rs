@@ -3,10 +3,10 @@
 //! job's secrets, drops to the job user and starts the node agent detached.
 //! It returns as soon as the agent listens; it never waits for Ray.
 //!
-//! Errors returned from here are node faults (the plugin fails the prolog and
-//! Slurm drains the node). A user's mistake, such as a bad image, is not
-//! detected here at all: the agent finds it as the user and the job's steps
-//! report it.
+//! Errors returned from here are node faults: the node is drained with a
+//! reason that names the fault, and the plugin fails the prolog (Slurm
+//! requeues the job). A user's mistake, such as a bad image, is not detected
+//! here at all: the agent finds it as the user and the job's steps report it.
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -22,6 +22,7 @@ use crate::cli::PrologArgs;
 use crate::config::Config;
 use crate::job::{JobSpec, FAILED_FILE, JOB_MARKER_ENV, SECRET_FILE, SPEC_FILE};
 use crate::root::dirs::{ensure_root_base, make_filled_job_dir, make_job_dir};
+use crate::root::drain;
 use crate::root::privdrop::{drop_to, Identity};
 use crate::root::procs;
 use crate::{alloc, hostlist, secret};
@@ -30,6 +31,17 @@ use crate::{alloc, hostlist, secret};
 pub const AGENTS_DIR: &str = ".agents";
 
 pub fn run(a: &PrologArgs) -> Result<()> {
+    let result = set_up(a);
+    if let Err(e) = &result {
+        let node = std::env::var("SLURMD_NODENAME").unwrap_or_default();
+        if !node.is_empty() {
+            drain::drain(&node, &format!("node fault in the prolog of job {}: {e:#}", a.common.job));
+        }
+    }
+    result
+}
+
+fn set_up(a: &PrologArgs) -> Result<()> {
     mark_inherited_fds_cloexec();
     let id = Identity::lookup(a.common.uid, a.gid)?;
     let config = match Config::load(&a.common.config) {
