@@ -57,9 +57,16 @@ pub fn wait_ready(socket: &Path, timeout: Duration) -> Result<WaitReply, String>
         .set_read_timeout(Some(Duration::from_secs(secs + 5)))
         .map_err(|e| e.to_string())?;
     let mut line = String::new();
-    BufReader::new(stream)
+    let n = BufReader::new(stream)
         .read_line(&mut line)
         .map_err(|e| format!("no answer from the node agent: {e}"))?;
+    if n == 0 {
+        return Err(format!(
+            "the node agent at {} ended before the cluster was ready (was it killed?); \
+             this node cannot run the job's steps: see agent.log in that directory",
+            socket.display()
+        ));
+    }
     parse_reply(&line)
 }
 
@@ -99,6 +106,24 @@ mod tests {
         let r = wait_ready(&d.join("agent.sock"), Duration::from_secs(5)).unwrap();
         std::fs::remove_dir_all(&d).unwrap();
         assert_eq!(r, WaitReply::Failed { error: "site config is invalid".into() });
+    }
+
+    #[test]
+    fn an_agent_that_ends_while_a_step_waits_is_named_as_gone() {
+        let d = std::env::temp_dir().join(format!("syndeo-client-eof-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let sock = d.join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        // The "agent" takes the request and ends without answering.
+        let agent = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut req = String::new();
+            BufReader::new(&mut s).read_line(&mut req).unwrap();
+        });
+        let e = wait_ready(&sock, Duration::from_secs(5)).unwrap_err();
+        agent.join().unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+        assert!(e.contains("ended before the cluster was ready"), "{e}");
     }
 
     #[test]

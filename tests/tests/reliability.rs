@@ -307,6 +307,17 @@ fn the_heads_agent_killed_before_ready_leaves_the_next_node_heading_the_rest_or_
         job.wait(Duration::from_secs(180));
         assert_clean(&job, USER_A);
     }
+    // A batch script runs on the first node: with its agent gone, the script
+    // cannot get the cluster from it, and says why instead of running.
+    let _min = ConfigOverride::set("min_nodes", "2");
+    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+    wait_for_process(job.id, "node1", GCS_SERVER, Duration::from_secs(120));
+    run(&["kill", "-KILL", &agent_pid(job.id, "node1").expect("the agent on node1").to_string()]);
+    assert_ne!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+    let out = job.output();
+    assert!(!out.contains("SCRIPT RAN"), "{out}");
+    assert!(out.contains("/run/syndeo/") && out.contains("ended before the cluster was ready (was it killed?)"), "{out}");
+    assert_clean(&job, USER_A);
 }
 
 /// Makes a node's runtime base (/run/syndeo, its own tmpfs) read-only; puts
