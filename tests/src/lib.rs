@@ -249,6 +249,15 @@ pub fn user_ids(user: &str) -> (u32, Vec<u32>) {
     (uid, groups)
 }
 
+/// The test image with Ray's default extras (the dashboard and the Ray
+/// client server): `tests/image/build --default`, a hard-linked copy cached
+/// beside the image.
+pub fn image_with_ray_default() -> String {
+    let o = run(&[repo().join("tests/image/build").to_str().unwrap(), "--default"]);
+    assert!(o.status.success(), "building the image with ray[default] failed: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).lines().last().expect("image path").trim().to_string()
+}
+
 /// The test image without Ray: a hard-linked copy (`cp -al`, no data copied)
 /// with Ray's command and package removed; cached beside the image.
 pub fn image_without_ray() -> String {
@@ -282,6 +291,20 @@ pub fn job_process(job: u32, node: &str, prefix: &str) -> Option<i32> {
 /// The PID of the node agent of `job` on `node`.
 pub fn agent_pid(job: u32, node: &str) -> Option<i32> {
     job_process(job, node, "syndeo-agent run")
+}
+
+/// Cancels these jobs when dropped: a failing test does not leave jobs that
+/// hold the nodes for the tests after it.
+pub struct CancelOnDrop(pub Vec<u32>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for id in &self.0 {
+                run(&["scancel", &id.to_string()]);
+            }
+        }
+    }
 }
 
 /// Replaces one line of /etc/syndeo/syndeo.toml for as long as the guard lives.

@@ -2,6 +2,7 @@
 //! every cluster takes only its own token, every syndeo process is the job
 //! user's with no capability and no_new_privs, two users' jobs on the same
 //! nodes cannot reach each other, and hostile input is refused or harmless.
+use std::path::Path;
 use std::time::Duration;
 
 use syndeo_tests::*;
@@ -172,4 +173,102 @@ fn a_users_link_squatting_the_temp_base_is_moved_aside_not_followed() {
     assert_eq!(text(&o).trim(), "root directory", "the temp base must be root's again");
     assert!(drained_nodes().is_empty(), "a user's link drained a node: {:?}", drained_nodes());
     in_node(node, &["sh", "-c", "rm -f /tmp/syndeo.untrusted-*"]);
+}
+
+/// Holds the cluster until `release` appears; prints what the tests need.
+const DASHBOARD_HOLD: &str = r#"#!/bin/bash
+echo "DASHBOARD=$SYNDEO_DASHBOARD_URL"
+echo "TOKEN=$RAY_AUTH_TOKEN"
+for i in $(seq 1200); do [ -e release ] && break; sleep 0.25; done
+"#;
+
+/// `ray.init("ray://ADDR")` from inside one's own job, with one's own token.
+const CLIENT: &str = r#"
+import sys, ray
+try:
+    ray.init("ray://" + sys.argv[1])
+    print("CLIENT JOINED", int(ray.cluster_resources()["CPU"]))
+except Exception as e:
+    print("CLIENT REFUSED", type(e).__name__)
+"#;
+
+/// As user B, an HTTP GET of a dashboard's job list with a bearer token or
+/// none; the HTTP status.
+fn dashboard_status(url: &str, token: Option<&str>) -> String {
+    const GET: &str = r#"
+import sys, urllib.request, urllib.error
+req = urllib.request.Request(sys.argv[1] + "/api/jobs/")
+if len(sys.argv) > 2:
+    req.add_header("Authorization", "Bearer " + sys.argv[2])
+try:
+    print(urllib.request.urlopen(req, timeout=10).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except Exception as e:
+    print("ERROR", e)
+"#;
+    let mut argv = vec!["python3", "-c", GET, url];
+    argv.extend(token);
+    text(&as_user(USER_B, Path::new("/tmp"), &argv)).trim().to_string()
+}
+
+/// The Ray client server's address of `job`'s head on node1 (Ray starts it
+/// beside the head; it may come up after the cluster is ready).
+fn client_server_address(job: u32) -> String {
+    let t = std::time::Instant::now();
+    let pid = loop {
+        if let Some(p) = job_process(job, "node1", "/usr/bin/python3 -m ray.util.client.server") {
+            break p;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "job {job}: no Ray client server on node1");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let argv = proc_cmdline(pid);
+    let arg = |k: &str| argv.split_whitespace().find_map(|a| a.strip_prefix(k)).unwrap_or_default().to_string();
+    format!("{}:{}", arg("--host="), arg("--port="))
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neither_reaches_the_other() {
+    let image = image_with_ray_default();
+    let _dashboard = ConfigOverride::set("dashboard", "true");
+    let (dir_a, dir_b) = (workdir(USER_A, "dashboard-a"), workdir(USER_B, "dashboard-b"));
+    let a = sbatch(USER_A, &dir_a, &["-N2", &format!("--syndeo={image}")], DASHBOARD_HOLD);
+    let b = sbatch(USER_B, &dir_b, &["-N2", &format!("--syndeo={image}")], DASHBOARD_HOLD);
+    let _cancel = CancelOnDrop(vec![a.id, b.id]);
+    let url_a = a.wait_line("DASHBOARD=", Duration::from_secs(300));
+    let url_b = b.wait_line("DASHBOARD=", Duration::from_secs(300));
+    let token_a = a.wait_line("TOKEN=", Duration::from_secs(10));
+    let token_b = b.wait_line("TOKEN=", Duration::from_secs(10));
+    assert!(url_a.starts_with("http://10.213.7.") && url_b.starts_with("http://10.213.7.") && url_a != url_b, "{url_a} {url_b}");
+    let (client_a, client_b) = (client_server_address(a.id), client_server_address(b.id));
+    assert!(client_a != client_b && !client_a.ends_with(":10001") && !client_b.ends_with(":10001"), "{client_a} {client_b}");
+
+    // A's dashboard: B, with its own token or none, is refused; A's token is served.
+    // (Ray answers 401 to a request without a token, 403 to a wrong one.)
+    assert_eq!(dashboard_status(&url_a, None), "401", "no token");
+    assert_eq!(dashboard_status(&url_a, Some(&token_b)), "403", "B's token");
+    assert_eq!(dashboard_status(&url_a, Some(&token_a)), "200", "A's own token (the dashboard is up)");
+
+    // A's client server: B's driver, in B's job with B's token, cannot join; A's can.
+    write_file(USER_B, &dir_b.join("client.py"), CLIENT);
+    write_file(USER_A, &dir_a.join("client.py"), CLIENT);
+    let step = |user: &str, dir: &Path, job: u32| {
+        let id = job.to_string();
+        let argv = ["srun", "--jobid", &id, "--overlap", "--syndeo", "-N1", "-n1", "-w", "node2", "python3", "client.py", &client_a];
+        text(&as_user(user, dir, &argv))
+    };
+    let by_b = step(USER_B, &dir_b, b.id);
+    let by_a = step(USER_A, &dir_a, a.id);
+    assert!(by_b.contains("CLIENT REFUSED") && !by_b.contains("CLIENT JOINED"), "{by_b}");
+    assert!(by_a.contains("CLIENT JOINED 2"), "A's own client must work: {by_a}");
+
+    write_file(USER_A, &dir_a.join("release"), "");
+    write_file(USER_B, &dir_b.join("release"), "");
+    for (job, user) in [(&a, USER_A), (&b, USER_B)] {
+        assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+        let left = leftovers(job.id, user);
+        assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
+    }
 }

@@ -58,13 +58,7 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
     #[cfg(not(feature = "mesh-bench"))]
     let job = ray::slurm_job(spec.job_id).await;
     let own_memory = job.memory_mb.get(&spec.node).copied();
-    let pick = || -> std::io::Result<(u16, u16)> {
-        Ok((
-            ray::free_port(ip).map_err(std::io::Error::other)?,
-            ray::free_port(ip).map_err(std::io::Error::other)?,
-        ))
-    };
-    let (gcs, dash) = match pick() {
+    let head_ports = match ray::HeadPorts::pick(ip) {
         Ok(p) => p,
         Err(e) => return fail(shared, format!("no free port on {ip}: {e}")),
     };
@@ -88,11 +82,11 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
         );
     }
     let mut events = events;
-    let args = ray::head_args(spec, ip, gcs, dash, &ports, own_memory);
+    let args = ray::head_args(spec, ip, &head_ports, &ports, own_memory);
     if let Err(m) = start_ray(shared, &args).await {
         return fail(shared, m);
     }
-    if let Err(f) = head_started(shared, ip, gcs, &mut events, t0).await {
+    if let Err(f) = head_started(shared, ip, head_ports.gcs, &mut events, t0).await {
         return if f.loaded {
             step_down(shared, f.message)
         } else {
@@ -102,7 +96,7 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
     info!("Ray head started in {:?}", t0.elapsed());
     publish(shared, |v| {
         if spec.config.dashboard {
-            v.dashboard_url = format!("http://{ip}:{dash}");
+            v.dashboard_url = format!("http://{ip}:{}", head_ports.dashboard);
         }
         v.set_phase(Phase::HeadReady);
     });

@@ -86,6 +86,24 @@ if not line:
     sys.exit(0)
 msg = json.loads(line)
 args = msg["args"]
+
+def client_port_if_supported(args):
+    # Whenever the image has the Ray client's dependencies (grpc), `ray start
+    # --head` runs the client server, on port 10001 unless told: every job on
+    # the node would want the same port. syndeo names a port of the job's own;
+    # without those dependencies Ray refuses the flag, so it is dropped.
+    if "--ray-client-server-port" not in args:
+        return args
+    try:
+        from ray._private.utils import get_ray_client_dependency_error
+        if get_ray_client_dependency_error() is None:
+            return args
+    except Exception:
+        pass
+    i = args.index("--ray-client-server-port")
+    return args[:i] + args[i + 2:]
+
+args = client_port_if_supported(args)
 os.environ.update(msg.get("env", {}))
 signal.signal(signal.SIGTERM, lambda *_: stop_all(0))
 def ray_start(args):

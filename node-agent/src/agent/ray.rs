@@ -61,9 +61,28 @@ fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts, memory_mb: Option<
     a
 }
 
-pub fn head_args(spec: &JobSpec, ip: IpAddr, gcs_port: u16, dashboard_port: u16, ports: &NodePorts, memory_mb: Option<u64>) -> Vec<String> {
-    let mut a: Vec<String> = vec!["--head".into(), "--port".into(), gcs_port.to_string()];
-    a.extend(["--dashboard-port".into(), dashboard_port.to_string()]);
+/// The head's ports beside the GCS: the dashboard's (bound even when the
+/// dashboard is off) and the Ray client server's (used when the image has
+/// the client; the launcher drops it otherwise).
+#[derive(Debug, Clone, Copy)]
+pub struct HeadPorts {
+    pub gcs: u16,
+    pub dashboard: u16,
+    pub client: u16,
+}
+
+impl HeadPorts {
+    /// The client server listens on loopback too: its port is free on every address.
+    pub fn pick(ip: IpAddr) -> Result<HeadPorts> {
+        let any = IpAddr::from([0u8, 0, 0, 0]);
+        Ok(HeadPorts { gcs: free_port(ip)?, dashboard: free_port(ip)?, client: free_port(any)? })
+    }
+}
+
+pub fn head_args(spec: &JobSpec, ip: IpAddr, head: &HeadPorts, ports: &NodePorts, memory_mb: Option<u64>) -> Vec<String> {
+    let mut a: Vec<String> = vec!["--head".into(), "--port".into(), head.gcs.to_string()];
+    a.extend(["--dashboard-port".into(), head.dashboard.to_string()]);
+    a.extend(["--ray-client-server-port".into(), head.client.to_string()]);
     if spec.config.dashboard {
         a.extend(["--include-dashboard".into(), "true".into(), "--dashboard-host".into(), ip.to_string()]);
     } else {
@@ -265,26 +284,30 @@ mod tests {
         assert!(argv.iter().all(|a| !a.contains("TOKEN")), "{argv:?}");
     }
 
+    const HEAD: HeadPorts = HeadPorts { gcs: 6379, dashboard: 8265, client: 23456 };
+
     #[test]
     fn ray_gets_the_allocation_and_a_private_temp_dir() {
         let ports = NodePorts { dashboard_agent: 1, metrics_export: 2, autoscaler_metrics: 3, dashboard_metrics: 4 };
-        let a = head_args(&spec(), "10.0.0.1".parse().unwrap(), 6379, 8265, &ports, Some(3000));
+        let a = head_args(&spec(), "10.0.0.1".parse().unwrap(), &HEAD, &ports, Some(3000));
         let has = |k: &str, v: &str| a.windows(2).any(|w| w[0] == k && w[1] == v);
         assert!(has("--num-cpus", "2") && has("--num-gpus", "0"), "{a:?}");
         assert!(has("--temp-dir", "/tmp/syndeo/9/ray"), "{a:?}");
         assert!(has("--memory", &((3000u64 - 512) * 1024 * 1024).to_string()), "{a:?}");
         assert!(has("--include-dashboard", "false") && has("--node-ip-address", "10.0.0.1"), "{a:?}");
+        // Never Ray's default 10001, which every job on the node would share.
+        assert!(has("--ray-client-server-port", "23456") && has("--port", "6379"), "{a:?}");
     }
 
     #[test]
     fn dashboard_is_off_by_default_and_when_on_binds_the_nodes_address_only() {
         let ports = NodePorts { dashboard_agent: 1, metrics_export: 2, autoscaler_metrics: 3, dashboard_metrics: 4 };
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        let off = head_args(&spec(), ip, 6379, 8265, &ports, None);
+        let off = head_args(&spec(), ip, &HEAD, &ports, None);
         assert!(off.windows(2).any(|w| w[0] == "--include-dashboard" && w[1] == "false"), "{off:?}");
         let mut on_spec = spec();
         on_spec.config.dashboard = true;
-        let on = head_args(&on_spec, ip, 6379, 8265, &ports, None);
+        let on = head_args(&on_spec, ip, &HEAD, &ports, None);
         assert!(on.windows(2).any(|w| w[0] == "--include-dashboard" && w[1] == "true"), "{on:?}");
         assert!(on.windows(2).any(|w| w[0] == "--dashboard-host" && w[1] == "10.0.0.1"), "{on:?}");
         assert!(!on.iter().any(|a| a == "0.0.0.0"), "{on:?}");
