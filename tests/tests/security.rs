@@ -192,6 +192,39 @@ except Exception as e:
     print("CLIENT REFUSED", type(e).__name__)
 "#;
 
+/// From B's job: A's agent's mesh `Join`, for A's job, with no token and
+/// with B's own mesh token (HMAC of B's job secret, argv[3], as B's agent
+/// makes it); raw gRPC (grpcio is in the ray[default] image), hand-encoded.
+const MESH_INTRUDER: &str = r#"
+import hashlib, hmac, os, sys, grpc
+addr, job = sys.argv[1], int(sys.argv[2])
+def varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([b])
+        out += bytes([b | 0x80])
+node = b"node2"
+request = b"\x08" + varint(job) + b"\x12" + bytes([len(node)]) + node
+own = hmac.new(sys.argv[3].encode(), b"mesh", hashlib.sha256).hexdigest()
+join = grpc.insecure_channel(addr).unary_unary("/syndeo.mesh.Mesh/Join")
+for label, md in (("NO_TOKEN", ()), ("B_TOKEN", (("x-syndeo-token", own),))):
+    try:
+        join(request, metadata=md, timeout=10)
+        print("MESH", label, "ANSWERED")
+    except grpc.RpcError as e:
+        print("MESH", label, e.code().name)
+"#;
+
+/// The address A's agent on `node` serves its mesh on (root's view, `ss`).
+fn mesh_address(job: u32, node: &str) -> String {
+    let pid = agent_pid(job, node).expect("the agent");
+    let o = in_node(node, &["ss", "-ltnpH"]);
+    let line = text(&o).lines().find(|l| l.contains(&format!("pid={pid},"))).map(str::to_string);
+    line.and_then(|l| l.split_whitespace().nth(3).map(str::to_string)).unwrap_or_else(|| panic!("no mesh port: {}", text(&o)))
+}
+
 /// As user B, an HTTP GET of a dashboard's job list with a bearer token or
 /// none; the HTTP status.
 fn dashboard_status(url: &str, token: Option<&str>) -> String {
@@ -230,7 +263,7 @@ fn client_server_address(job: u32) -> String {
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
-fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neither_reaches_the_other() {
+fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neither_reaches_the_others_cluster_or_agent() {
     let image = image_with_ray_default();
     let _dashboard = ConfigOverride::set("dashboard", "true");
     let (dir_a, dir_b) = (workdir(USER_A, "dashboard-a"), workdir(USER_B, "dashboard-b"));
@@ -260,9 +293,25 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
         text(&as_user(user, dir, &argv))
     };
     let by_b = step(USER_B, &dir_b, b.id);
-    let by_a = step(USER_A, &dir_a, a.id);
+    // The control: A's own driver joins. Ray's client proxy now and then
+    // aborts a first connection while it starts the per-client server; the
+    // control may try three times (B's refusal above is a timeout, not that).
+    let by_a = (0..3).map(|_| step(USER_A, &dir_a, a.id)).find(|o| o.contains("CLIENT JOINED")).unwrap_or_default();
     assert!(by_b.contains("CLIENT REFUSED") && !by_b.contains("CLIENT JOINED"), "{by_b}");
     assert!(by_a.contains("CLIENT JOINED 2"), "A's own client must work: {by_a}");
+
+    // A's agent: B calls its mesh for A's job, without a token and with B's own.
+    write_file(USER_B, &dir_b.join("mesh.py"), MESH_INTRUDER);
+    let (mesh_a, id_a, id_b) = (mesh_address(a.id, "node1"), a.id.to_string(), b.id.to_string());
+    // B's own job secret (B can read it on the host; the image has no job dir).
+    let secret_b = text(&in_node("node2", &["cat", &format!("/run/syndeo/{}/secret", b.id)])).trim().to_string();
+    let argv =
+        ["srun", "--jobid", &id_b, "--overlap", "--syndeo", "-N1", "-n1", "-w", "node2", "python3", "mesh.py", &mesh_a, &id_a, &secret_b];
+    let mesh_by_b = text(&as_user(USER_B, &dir_b, &argv));
+    assert!(mesh_by_b.contains("MESH NO_TOKEN UNAUTHENTICATED"), "{mesh_by_b}");
+    assert!(mesh_by_b.contains("MESH B_TOKEN UNAUTHENTICATED"), "{mesh_by_b}");
+    let log_a = text(&in_node("node1", &["cat", &format!("/run/syndeo/{}/agent.log", a.id)]));
+    assert!(log_a.contains("refused a mesh call without this job's token"), "A's agent did not log the refusal");
 
     write_file(USER_A, &dir_a.join("release"), "");
     write_file(USER_B, &dir_b.join("release"), "");
@@ -271,4 +320,23 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
         let left = leftovers(job.id, user);
         assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
     }
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn an_image_outside_the_sites_allowed_dirs_fails_the_job_naming_them_and_drains_nothing() {
+    let image = image();
+    let dir = workdir(USER_A, "allow-list");
+    let job = {
+        let _only = ConfigOverride::set("allowed_image_dirs", "[\"/srv/syndeo-images\"]");
+        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        job.wait(Duration::from_secs(180));
+        job
+    };
+    let out = job.output();
+    assert!(!out.contains("SCRIPT RAN"), "{out}");
+    assert!(out.contains("is outside the directories this site allows for images") && out.contains("/srv/syndeo-images"), "{out}");
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+    let left = leftovers(job.id, USER_A);
+    assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
 }
