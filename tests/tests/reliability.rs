@@ -256,6 +256,9 @@ fn a_head_whose_ray_dies_before_ready_steps_down_and_the_next_node_heads_all_thr
     assert_clean(&job, USER_A);
 }
 
+/// The name of the salloc jobs below, so that they are found and no other.
+const SALLOC_NAME: &str = "syndeo-head-lost";
+
 /// `salloc -N3 --syndeo=IMAGE srun -w node3 --syndeo python3 -c COUNT_ALIVE`
 /// as user A, in a thread; the job's id once Slurm lists it.
 fn salloc_counting_from_node3(dir: &std::path::Path, image: &str) -> (Job, std::thread::JoinHandle<String>) {
@@ -266,6 +269,8 @@ fn salloc_counting_from_node3(dir: &std::path::Path, image: &str) -> (Job, std::
         let argv = [
             "salloc",
             "-N3",
+            "--job-name",
+            SALLOC_NAME,
             &syndeo,
             "srun",
             "-N1",
@@ -281,7 +286,7 @@ fn salloc_counting_from_node3(dir: &std::path::Path, image: &str) -> (Job, std::
     });
     let t = std::time::Instant::now();
     let id = loop {
-        let o = run(&["squeue", "-h", "-u", USER_A, "-o", "%i"]);
+        let o = run(&["squeue", "-h", "-u", USER_A, "-n", SALLOC_NAME, "-o", "%i"]);
         if let Some(id) = text(&o).lines().next().and_then(|l| l.trim().parse().ok()) {
             break id;
         }
@@ -347,6 +352,7 @@ fn an_unwritable_runtime_base_drains_only_that_node_with_a_reason_that_names_it(
     {
         let _ro = ReadOnlyBase::new("node3");
         let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        let _cancel = CancelOnDrop(vec![job.id]);
         let t = std::time::Instant::now();
         let reason = loop {
             let o = run(&["sinfo", "-h", "-n", "node3", "-o", "%E"]);
@@ -361,7 +367,14 @@ fn an_unwritable_runtime_base_drains_only_that_node_with_a_reason_that_names_it(
         assert!(reason.contains("/run/syndeo") && reason.contains("Read-only file system"), "{reason}");
         let drained = drained_nodes();
         assert!(drained.len() == 1 && drained[0].starts_with("node3 "), "{drained:?}");
-        run(&["scancel", &job.id.to_string()]);
+        // Slurm requeues a job whose prolog failed, and a requeue that comes
+        // after an scancel undoes it: cancel until the job is over.
+        let t = std::time::Instant::now();
+        while !matches!(job.field("JobState").as_deref(), Some("CANCELLED" | "FAILED" | "COMPLETED")) {
+            assert!(t.elapsed() < Duration::from_secs(120), "job {} would not end", job.id);
+            run(&["scancel", &job.id.to_string()]);
+            std::thread::sleep(Duration::from_secs(1));
+        }
         job.wait(Duration::from_secs(120));
         assert!(!job.stdout().contains("SCRIPT RAN"), "{}", job.output());
     }
