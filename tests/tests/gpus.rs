@@ -29,9 +29,12 @@ for i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done
 fn the_gpus_slurm_allocates_on_each_node_are_the_ones_ray_sees_and_the_container_gets() {
     let image = image();
     let dir = workdir(USER_A, "gpus");
-    // Another job holds GPU 0 on every node, so the syndeo job gets GPU 1:
-    // what Ray sees must follow Slurm's allocation, not count from 0.
-    let holder = sbatch(USER_A, &dir, &["-N3", "--gres=gpu:1", "-o", "holder.out", "-e", "holder.err"], "#!/bin/sh\nsleep 600\n");
+    // Another user's job holds GPU 0 on every node, so the syndeo job gets
+    // GPU 1: what Ray sees must follow Slurm's allocation, not count from 0.
+    // (Another user's, so that its processes are not counted as A's leftovers.)
+    let holder_dir = workdir(USER_B, "gpus-holder");
+    let holder = sbatch(USER_B, &holder_dir, &["-N3", "--gres=gpu:1"], "#!/bin/sh\nsleep 600\n");
+    let _cancel = CancelOnDrop(vec![holder.id]);
     let t = std::time::Instant::now();
     while holder.field("JobState").as_deref() != Some("RUNNING") {
         assert!(t.elapsed() < Duration::from_secs(60), "the GPU holder job did not start");
