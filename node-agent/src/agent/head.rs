@@ -21,20 +21,12 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
         Err(msg) => return fail(shared, format!("{} (head): {msg}", spec.node)),
     };
     // Nodes whose agent is gone count as failed; too few left fails now.
-    let lost: Vec<String> = dropped
-        .iter()
-        .filter(|(_, (lost, _))| *lost)
-        .map(|(n, (_, why))| format!("{n}: {why}"))
-        .collect();
+    let mut lost = Vec::new();
     {
         let mut reports = shared.reports.lock().await;
-        for (n, (is_lost, why)) in dropped {
-            if *is_lost {
-                reports.insert(
-                    n.clone(),
-                    Err(format!("its agent was lost before the cluster was ready ({why})")),
-                );
-            }
+        for (n, (_, why)) in dropped.iter().filter(|(_, (is_lost, _))| *is_lost) {
+            lost.push(format!("{n}: {why}"));
+            reports.insert(n.clone(), Err(format!("its agent was lost before the cluster was ready ({why})")));
         }
     }
     if spec.nodes.len() - lost.len() < spec.min_nodes() {
@@ -203,23 +195,12 @@ async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
 async fn watch_own_ray(shared: &Shared, mut events: mpsc::Receiver<Event>) -> End {
     while let Some(ev) = events.recv().await {
         if matches!(ev, Event::Died | Event::Exited) {
-            let why = format!(
-                "the Ray head on {} ended: {}",
-                shared.spec.node,
-                ray::log_tail(&shared.spec.job_dir, 3)
-            );
+            let (node, tail) = (&shared.spec.node, ray::log_tail(&shared.spec.job_dir, 3));
             if shared.view.borrow().phase() != Phase::Ready {
-                return step_down(shared, why);
+                return step_down(shared, format!("the Ray head on {node} ended: {tail}"));
             }
             warn!("this node's Ray ended while the job ran");
-            return fail(
-                shared,
-                format!(
-                    "the Ray head on {} ended while the job ran: {}",
-                    shared.spec.node,
-                    ray::log_tail(&shared.spec.job_dir, 3)
-                ),
-            );
+            return fail(shared, format!("the Ray head on {node} ended while the job ran: {tail}"));
         }
     }
     std::future::pending().await

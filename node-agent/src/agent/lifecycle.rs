@@ -105,9 +105,7 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
             "the head {head} dropped out; electing another"
         )));
         // A fresh container: this node's Ray may have joined the old head's.
-        if let Some(old) = shared.ray.lock().await.take() {
-            old.stop(Duration::from_secs(2)).await;
-        }
+        stop_ray(shared, Duration::from_secs(2)).await;
         prepared = prepare(shared, ip).await;
         round = Instant::now();
     }
@@ -298,7 +296,11 @@ fn write_private(path: &std::path::Path, content: &str) -> std::io::Result<()> {
 
 /// SIGTERM: stop this node's Ray (gracefully, then by force).
 pub async fn stop(shared: &Shared) {
-    let grace = Duration::from_secs(shared.spec.config.stop_grace.saturating_sub(3).max(2));
+    stop_ray(shared, Duration::from_secs(shared.spec.config.stop_grace.saturating_sub(3).max(2))).await;
+}
+
+/// Stops this node's Ray container, if any: gracefully, by force after `grace`.
+pub async fn stop_ray(shared: &Shared, grace: Duration) {
     if let Some(p) = shared.ray.lock().await.take() {
         p.stop(grace).await;
     }

@@ -4,12 +4,11 @@
 //! next candidate port.
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use tokio::net::{TcpListener, TcpSocket};
 use tokio_stream::wrappers::{TcpListenerStream, WatchStream};
 use tokio_stream::StreamExt;

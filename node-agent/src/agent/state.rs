@@ -47,7 +47,7 @@ pub struct Shared {
     /// The job's nodes, for lookups (the head's; made on first use).
     node_set: OnceLock<BTreeSet<String>>,
     /// Worker: this node's Ray joined the cluster and the head was told so.
-    pub joined: AtomicBool,
+    joined: AtomicBool,
     /// The mesh-scale benchmark's agents launch a no-op in place of Ray.
     #[cfg(feature = "mesh-bench")]
     pub noop_ray: bool,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
-use super::lifecycle::{job_notice, spawn_container, start_ray, sync_local, End, Prepared};
+use super::lifecycle::{job_notice, spawn_container, start_ray, stop_ray, sync_local, End, Prepared};
 use super::mesh::authed;
 use super::mesh::pb::{cluster_view::Phase, mesh_client::MeshClient, ClusterView, NodeReport, WatchRequest};
 use super::ray::{self, Event, NodePorts};
@@ -66,8 +66,9 @@ pub async fn run(
         }
         Err(e) => return End::Failed(format!("cannot watch the head node {head_node}: {}", e.message())),
     };
-    // `ray start` was sent / this node's Ray joined / restarts so far.
-    let (mut sent, mut joined, mut restarts) = (false, false, 0u32);
+    // `ray start` was sent / restarts so far (whether this node's Ray joined
+    // is `shared.has_joined()`).
+    let (mut sent, mut restarts) = (false, 0u32);
     loop {
         tokio::select! {
             msg = stream.message() => {
@@ -86,8 +87,7 @@ pub async fn run(
             ev = events.recv(), if sent => {
                 let failure = match ev {
                     Some(Event::LauncherReady) => continue,
-                    Some(Event::Started) if !joined => {
-                        joined = true;
+                    Some(Event::Started) if !shared.has_joined() => {
                         info!("Ray worker joined");
                         if restarts > 0 {
                             job_notice(shared, &format!(
@@ -103,24 +103,22 @@ pub async fn run(
                         continue;
                     }
                     Some(Event::Started) => continue,
-                    Some(Event::Died) | Some(Event::Exited) | None if joined && restarts < spec.config.ray_restarts => {
+                    Some(Event::Died) | Some(Event::Exited) | None if shared.has_joined() && restarts < spec.config.ray_restarts => {
                         restarts += 1;
                         shared.set_joined(false);
                         warn!(restarts, "this node's Ray died while the job ran: {}; restarting it", ray::log_tail(&spec.job_dir, 3));
-                        if let Some(old) = shared.ray.lock().await.take() {
-                            old.stop(Duration::from_secs(2)).await;
-                        }
+                        stop_ray(shared, Duration::from_secs(2)).await;
                         let (proc_, ev, p) = match spawn_container(shared, ip) {
                             Ok(c) => c,
                             Err(m) => return End::Failed(m),
                         };
                         shared.ray.lock().await.replace(proc_);
-                        (events, ports, joined) = (ev, p, false);
+                        (events, ports) = (ev, p);
                         start_worker_ray(shared, ip, &ports).await;
                         continue;
                     }
                     Some(Event::Failed(m)) => format!("Ray worker on {}: {m}", spec.node),
-                    Some(Event::Died) | Some(Event::Exited) | None if joined => {
+                    Some(Event::Died) | Some(Event::Exited) | None if shared.has_joined() => {
                         format!("the Ray node on {} ended while the job ran: {}", spec.node, ray::log_tail(&spec.job_dir, 3))
                     }
                     Some(Event::Died) | Some(Event::Exited) | None => {
