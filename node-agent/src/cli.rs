@@ -16,11 +16,23 @@ pub enum Cmd {
     Prolog(PrologArgs),
     /// (root, from the SPANK epilog) stop the job's cluster on this node and remove all of it
     Epilog(EpilogArgs),
-    /// (the job user, started by `prolog`) the node agent itself
+    /// (the job user, started by `prolog`) keeps the node agent running
     #[command(hide = true)]
     Run {
         #[arg(long)]
         job_dir: PathBuf,
+    },
+    /// (the job user, started by `run`) the node agent itself
+    #[command(hide = true)]
+    Serve {
+        #[arg(long)]
+        job_dir: PathBuf,
+        /// This start is the Nth restart of an agent that ended unexpectedly ...
+        #[arg(long, requires = "why")]
+        restart: Option<u32>,
+        /// ... and this is how it ended.
+        #[arg(long)]
+        why: Option<String>,
     },
     /// (root, at install) create the site key if it does not exist
     Keygen {

@@ -1,10 +1,11 @@
 //! `syndeo-agent`: everything of syndeo that runs outside Slurm's processes.
 //!
 //! Flow: the SPANK plugin runs `prolog` (root) on each node, which starts
-//! `run` (the node agent, as the job user); the agents elect a head and start
-//! Ray through a container runtime; the plugin asks the local agent when the
-//! cluster is ready; `epilog` (root) tears it all down. The same binary is the
-//! exec wrapper for `srun --syndeo` tasks and the `syndeo` command for users.
+//! `run` (as the job user), which keeps `serve`, the node agent, running; the
+//! agents elect a head and start Ray through a container runtime; the plugin
+//! asks the local agent when the cluster is ready; `epilog` (root) tears it
+//! all down. The same binary is the exec wrapper for `srun --syndeo` tasks
+//! and the `syndeo` command for users.
 mod agent;
 mod alloc;
 mod cli;
@@ -15,6 +16,7 @@ mod job;
 mod root;
 mod runtime;
 mod secret;
+mod supervisor;
 mod user_cli;
 
 use std::process::ExitCode;
@@ -30,7 +32,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Cmd::Prolog(a) => root::prolog::run(&a),
         cli::Cmd::Epilog(a) => root::epilog::run(&a),
-        cli::Cmd::Run { job_dir } => agent::run(&job_dir),
+        cli::Cmd::Run { job_dir } => supervisor::run(&job_dir),
+        cli::Cmd::Serve { job_dir, restart, why } => agent::run(&job_dir, restart.zip(why)),
         cli::Cmd::Keygen { path } => secret::keygen(&path).map(|created| {
             if created {
                 eprintln!("created site key {}", path.display());

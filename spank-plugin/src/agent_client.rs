@@ -25,20 +25,29 @@ pub enum WaitReply {
     Starting { detail: String },
 }
 
+/// How long a step waits for the socket: at first (the prolog returns as
+/// soon as the agent has started, and the socket appears right after), and
+/// after the agent ended mid-wait (its supervisor starts it again at once).
+const CONNECT_WINDOW: Duration = Duration::from_secs(10);
+
 /// Asks the agent to answer once the cluster is ready or has failed, waiting
-/// at most `timeout`. A missing socket is retried briefly: the prolog returns
-/// as soon as the agent has started, and the socket appears right after.
+/// at most `timeout`. An agent that ends while the step waits is asked again
+/// once its supervisor has restarted it (it rejoins the cluster).
 pub fn wait_ready(socket: &Path, timeout: Duration) -> Result<WaitReply, String> {
     if let Some(error) = socket.parent().and_then(|d| std::fs::read_to_string(d.join(FAILED_FILE)).ok()) {
         return Ok(WaitReply::Failed { error });
     }
     let deadline = Instant::now() + timeout;
-    let connect_deadline = deadline.min(Instant::now() + Duration::from_secs(10));
-    let stream = loop {
-        match UnixStream::connect(socket) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < connect_deadline => {
-                std::thread::sleep(Duration::from_millis(100));
+    let mut agent_ended = false;
+    loop {
+        let stream = match connect(socket, deadline.min(Instant::now() + CONNECT_WINDOW)) {
+            Ok(s) => s,
+            Err(_) if agent_ended => {
+                return Err(format!(
+                    "the node agent at {} ended before the cluster was ready (was it killed?) and did not \
+                     come back; this node cannot run the job's steps: see agent.log in that directory",
+                    socket.display()
+                ))
             }
             Err(e) => {
                 return Err(format!(
@@ -47,27 +56,43 @@ pub fn wait_ready(socket: &Path, timeout: Duration) -> Result<WaitReply, String>
                     socket.display()
                 ))
             }
+        };
+        match ask(stream, deadline)? {
+            Some(line) => return parse_reply(&line),
+            None => agent_ended = true,
         }
-    };
+    }
+}
+
+/// Connects to the socket, retrying until `until`.
+fn connect(socket: &Path, until: Instant) -> std::io::Result<UnixStream> {
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(s) => return Ok(s),
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One `wait` request; None if the agent closed the socket without answering.
+fn ask(stream: UnixStream, deadline: Instant) -> Result<Option<String>, String> {
     let mut writer = stream.try_clone().map_err(|e| e.to_string())?;
     let secs = deadline.saturating_duration_since(Instant::now()).as_secs().max(1);
     let request = format!("{{\"op\":\"wait\",\"timeout_secs\":{secs}}}\n");
-    writer.write_all(request.as_bytes()).map_err(|e| format!("agent socket: {e}"))?;
+    if writer.write_all(request.as_bytes()).is_err() {
+        return Ok(None);
+    }
     stream
         .set_read_timeout(Some(Duration::from_secs(secs + 5)))
         .map_err(|e| e.to_string())?;
     let mut line = String::new();
-    let n = BufReader::new(stream)
-        .read_line(&mut line)
-        .map_err(|e| format!("no answer from the node agent: {e}"))?;
-    if n == 0 {
-        return Err(format!(
-            "the node agent at {} ended before the cluster was ready (was it killed?); \
-             this node cannot run the job's steps: see agent.log in that directory",
-            socket.display()
-        ));
+    match BufReader::new(stream).read_line(&mut line) {
+        Ok(0) => Ok(None),
+        Ok(_) => Ok(Some(line)),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(None),
+        Err(e) => Err(format!("no answer from the node agent: {e}")),
     }
-    parse_reply(&line)
 }
 
 pub fn parse_reply(line: &str) -> Result<WaitReply, String> {
@@ -108,8 +133,39 @@ mod tests {
         assert_eq!(r, WaitReply::Failed { error: "site config is invalid".into() });
     }
 
+    /// The first "agent" takes the request and ends without answering; the
+    /// second, on the same socket path (as its supervisor restarts it),
+    /// answers: the step gets the cluster.
     #[test]
-    fn an_agent_that_ends_while_a_step_waits_is_named_as_gone() {
+    fn a_step_waiting_on_an_agent_that_is_restarted_gets_the_new_agents_answer() {
+        let d = std::env::temp_dir().join(format!("syndeo-client-restart-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let sock = d.join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let path = sock.clone();
+        let agents = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut req = String::new();
+            BufReader::new(&mut s).read_line(&mut req).unwrap();
+            drop((s, listener));
+            std::fs::remove_file(&path).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+            let (mut s, _) = listener.accept().unwrap();
+            BufReader::new(&mut s).read_line(&mut req).unwrap();
+            s.write_all(b"{\"state\":\"ready\",\"env\":{\"RAY_ADDRESS\":\"10.0.0.2:6379\"}}\n").unwrap();
+        });
+        let r = wait_ready(&sock, Duration::from_secs(20));
+        agents.join().unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+        match r.unwrap() {
+            WaitReply::Ready { env } => assert_eq!(env["RAY_ADDRESS"], "10.0.0.2:6379"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_agent_that_ends_while_a_step_waits_and_does_not_come_back_is_named_as_gone() {
         let d = std::env::temp_dir().join(format!("syndeo-client-eof-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         let sock = d.join("agent.sock");
@@ -120,10 +176,10 @@ mod tests {
             let mut req = String::new();
             BufReader::new(&mut s).read_line(&mut req).unwrap();
         });
-        let e = wait_ready(&sock, Duration::from_secs(5)).unwrap_err();
+        let e = wait_ready(&sock, Duration::from_secs(2)).unwrap_err();
         agent.join().unwrap();
         std::fs::remove_dir_all(&d).unwrap();
-        assert!(e.contains("ended before the cluster was ready"), "{e}");
+        assert!(e.contains("ended before the cluster was ready") && e.contains("did not come back"), "{e}");
     }
 
     #[test]

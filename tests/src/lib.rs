@@ -290,7 +290,21 @@ pub fn job_process(job: u32, node: &str, prefix: &str) -> Option<i32> {
 
 /// The PID of the node agent of `job` on `node`.
 pub fn agent_pid(job: u32, node: &str) -> Option<i32> {
+    job_process(job, node, "syndeo-agent serve")
+}
+
+/// The PID of the process that restarts `job`'s node agent on `node`.
+pub fn supervisor_pid(job: u32, node: &str) -> Option<i32> {
     job_process(job, node, "syndeo-agent run")
+}
+
+/// Kills `job`'s agent on `node` for good: its supervisor first, so that
+/// nothing starts it again.
+pub fn kill_agent_for_good(job: u32, node: &str) {
+    let supervisor = supervisor_pid(job, node).expect("the agent's supervisor");
+    let agent = agent_pid(job, node).expect("the agent");
+    run(&["kill", "-KILL", &supervisor.to_string()]);
+    run(&["kill", "-KILL", &agent.to_string()]);
 }
 
 /// Cancels these jobs when dropped: a failing test does not leave jobs that

@@ -75,6 +75,11 @@ pub async fn elect(
             Some(ip) => mesh::join(shared, ip).await,
             None => None,
         } {
+            // Rejoining (after a restart, or a step down): the cluster may
+            // have failed meanwhile, and then no head will come.
+            Some((_, reply)) if out && !reply.failed.is_empty() => {
+                bail!("{}", reply.failed)
+            }
             Some((client, reply)) => match reply.role() {
                 PbRole::Head => {
                     info!(head = %node, "following head");

@@ -20,15 +20,20 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
         Ok(p) => p,
         Err(msg) => return fail(shared, format!("{} (head): {msg}", spec.node)),
     };
-    // Nodes whose agent is gone count as failed; too few left fails now.
-    let mut lost = Vec::new();
+    // Nodes whose agent is gone count as failed, unless it is back (its
+    // supervisor restarted it: it rejoins as a worker); too few fails now.
+    let mut lost: Vec<(&String, &String)> =
+        dropped.iter().filter(|(_, (is_lost, _))| *is_lost).map(|(n, (_, why))| (n, why)).collect();
+    if spec.nodes.len() - lost.len() < spec.min_nodes() {
+        lost = still_lost(shared, lost).await;
+    }
     {
         let mut reports = shared.reports.lock().await;
-        for (n, (_, why)) in dropped.iter().filter(|(_, (is_lost, _))| *is_lost) {
-            lost.push(format!("{n}: {why}"));
-            reports.insert(n.clone(), Err(format!("its agent was lost before the cluster was ready ({why})")));
+        for (n, why) in &lost {
+            reports.insert(n.to_string(), Err(format!("its agent was lost before the cluster was ready ({why})")));
         }
     }
+    let lost: Vec<String> = lost.iter().map(|(n, why)| format!("{n}: {why}")).collect();
     if spec.nodes.len() - lost.len() < spec.min_nodes() {
         return fail(
             shared,
@@ -101,6 +106,37 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
     let end = watch_own_ray(shared, events).await;
     deadline.abort();
     end
+}
+
+/// How long a new head waits for lost nodes' agents to answer again (their
+/// supervisor restarts them within a second) before it counts them out.
+const REJOIN_GRACE: Duration = Duration::from_secs(5);
+
+/// The nodes of `lost` whose agent has not answered the mesh again within
+/// `REJOIN_GRACE`.
+async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>) -> Vec<(&'a String, &'a String)> {
+    let until = Instant::now() + REJOIN_GRACE;
+    while !lost.is_empty() && Instant::now() < until {
+        let mut left = Vec::new();
+        for (n, why) in lost {
+            let answer = async {
+                let ip = super::election::resolve(n).await.ok()?;
+                super::mesh::join(shared, ip).await
+            };
+            let left_time = until.saturating_duration_since(Instant::now());
+            let back = matches!(tokio::time::timeout(left_time, answer).await, Ok(Some(_)));
+            if back {
+                info!(node = %n, "its agent answers again; it will rejoin as a worker");
+            } else {
+                left.push((n, why));
+            }
+        }
+        lost = left;
+        if !lost.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    lost
 }
 
 /// The head's `ray start`; the GCS address goes out as soon as the GCS

@@ -54,6 +54,14 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
     let ip = resolve(&node)
         .await
         .map_err(|e| format!("node fault: cannot resolve this node's name {node}: {e}"))?;
+    let (mut round, mut passed, mut dropped) = (t0, BTreeSet::new(), Dropped::new());
+    if shared.restart.is_some() {
+        // This agent's earlier run (head or worker) ended with its process,
+        // and its Ray with it: rejoin the others' cluster as a worker.
+        passed.insert(node.clone());
+        shared.role.send_replace(Role::Out);
+        shared.set_local(Local::Starting("this node's agent was restarted; it is rejoining the cluster".into()));
+    }
     let (listener, port) = mesh::bind(ip, &spec.mesh_ports()).await.map_err(|e| e.to_string())?;
     info!(%ip, port, "mesh listening");
     tokio::spawn(mesh::serve(shared.clone(), listener));
@@ -61,7 +69,6 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
     // The user's image is checked as the user; a mistake here fails the job, not the node.
     let mut prepared = prepare(shared, ip).await;
     let give_up = t0 + Duration::from_secs(spec.config.startup_timeout);
-    let (mut round, mut passed, mut dropped) = (t0, BTreeSet::new(), Dropped::new());
     loop {
         let (role, head_client) = elect(shared, round, give_up, &mut passed)
             .await

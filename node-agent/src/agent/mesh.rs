@@ -16,7 +16,7 @@ use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use super::state::{Role, Shared};
+use super::state::{Local, Role, Shared};
 use crate::secret::tokens_equal;
 
 pub mod pb {
@@ -88,12 +88,17 @@ impl Mesh for MeshService {
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
         let r = req.get_ref();
         self.check(&req, r.job_id, &r.node)?;
-        let reply = match &*self.shared.role.borrow() {
-            Role::Undecided => pb::JoinReply { role: PbRole::Undecided as i32, head_node: String::new() },
-            Role::Head => pb::JoinReply { role: PbRole::Head as i32, head_node: self.shared.spec.node.clone() },
-            Role::Follower(h) => pb::JoinReply { role: PbRole::Follower as i32, head_node: h.clone() },
-            Role::Out => pb::JoinReply { role: PbRole::Out as i32, head_node: String::new() },
+        let (role, head_node) = match &*self.shared.role.borrow() {
+            Role::Undecided => (PbRole::Undecided, String::new()),
+            Role::Head => (PbRole::Head, self.shared.spec.node.clone()),
+            Role::Follower(h) => (PbRole::Follower, h.clone()),
+            Role::Out => (PbRole::Out, String::new()),
         };
+        let failed = match &*self.shared.local.borrow() {
+            Local::Failed(m) => m.clone(),
+            _ => String::new(),
+        };
+        let reply = pb::JoinReply { role: role as i32, head_node, failed };
         Ok(Response::new(reply))
     }
 

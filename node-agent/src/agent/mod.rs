@@ -1,7 +1,8 @@
-//! The node agent (`syndeo-agent run`), one per node and job, running as the
-//! job user. It serves the local socket for job steps, joins the mesh of the
-//! job's agents, elects a head, runs Ray in the container, and stops it all
-//! on SIGTERM from the epilog.
+//! The node agent (`syndeo-agent serve`, kept running by `supervisor.rs`),
+//! one per node and job, running as the job user. It serves the local socket
+//! for job steps, joins the mesh of the job's agents, elects a head, runs Ray
+//! in the container, and stops it all on SIGTERM from the epilog. An agent
+//! started again after it was killed rejoins the cluster as a worker.
 mod election;
 mod head;
 mod lifecycle;
@@ -25,9 +26,9 @@ use crate::secret;
 pub use local::request as local_request;
 use state::Shared;
 
-pub fn run(job_dir: &Path) -> Result<()> {
-    // Own session: the epilog finds the agent's processes by it.
-    let _ = nix::unistd::setsid();
+/// `restart`: this is the Nth start after the agent ended unexpectedly, and how.
+pub fn run(job_dir: &Path, restart: Option<(u32, String)>) -> Result<()> {
+    crate::supervisor::unblock_for_agent();
     let spec: JobSpec = serde_json::from_str(&std::fs::read_to_string(job_dir.join(SPEC_FILE))?)
         .context("reading the job spec")?;
     let job_secret = std::fs::read_to_string(job_dir.join(SECRET_FILE))?;
@@ -39,8 +40,10 @@ pub fn run(job_dir: &Path) -> Result<()> {
         .init();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
-        let shared = Arc::new(Shared::new(spec, secret::mesh_token(&job_secret)));
-        info!(job = shared.spec.job_id, node = %shared.spec.node, index = shared.spec.index, "agent started");
+        let mut shared = Shared::new(spec, secret::mesh_token(&job_secret));
+        shared.restart = restart;
+        let shared = Arc::new(shared);
+        info!(job = shared.spec.job_id, node = %shared.spec.node, index = shared.spec.index, restart = ?shared.restart, "agent started");
         let listener = local::bind(&shared.spec.socket())?;
         tokio::spawn(local::serve(shared.clone(), listener));
         let mut term = signal(SignalKind::terminate())?;

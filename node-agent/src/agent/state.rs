@@ -48,6 +48,10 @@ pub struct Shared {
     node_set: OnceLock<BTreeSet<String>>,
     /// Worker: this node's Ray joined the cluster and the head was told so.
     joined: AtomicBool,
+    /// This agent is the Nth start after one ended unexpectedly, and how it
+    /// ended: it rejoins as a worker, and says so once in the job's stderr.
+    pub restart: Option<(u32, String)>,
+    restart_told: AtomicBool,
     /// The mesh-scale benchmark's agents launch a no-op in place of Ray.
     #[cfg(feature = "mesh-bench")]
     pub noop_ray: bool,
@@ -66,6 +70,8 @@ impl Shared {
             reports: Mutex::new(BTreeMap::new()),
             ray: Mutex::new(None),
             joined: AtomicBool::new(false),
+            restart: None,
+            restart_told: AtomicBool::new(false),
             node_set: OnceLock::new(),
             #[cfg(feature = "mesh-bench")]
             noop_ray: false,
@@ -112,6 +118,19 @@ impl Shared {
 
     pub fn set_joined(&self, joined: bool) {
         self.joined.store(joined, Ordering::Relaxed);
+    }
+
+    /// The one-line notice of this agent's restart, the first time only.
+    pub fn restart_notice(&self) -> Option<String> {
+        let (n, how) = self.restart.as_ref()?;
+        if self.restart_told.swap(true, Ordering::Relaxed) {
+            return None;
+        }
+        let node = &self.spec.node;
+        Some(format!(
+            "syndeo: the node agent on {node} {how}; it was restarted ({n} of {}) and {node} rejoined the cluster",
+            crate::supervisor::MAX_RESTARTS
+        ))
     }
 
     /// Variables a job step gets once the cluster is ready.

@@ -100,6 +100,9 @@ pub async fn run(
                         }
                         shared.set_joined(true);
                         sync_local(shared);
+                        if let Some(line) = shared.restart_notice() {
+                            job_notice(shared, &line);
+                        }
                         continue;
                     }
                     Some(Event::Started) => continue,
