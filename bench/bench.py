@@ -38,10 +38,12 @@ ray.init()
 def f():
     return 0
 ray.get([f.remote() for _ in range(200)])
-n = 2000
-t = time.time()
-ray.get([f.remote() for _ in range(n)])
-print("TPUT", n / (time.time() - t), flush=True)
+n, rates = 2000, []
+for _ in range(5):
+    t = time.time()
+    ray.get([f.remote() for _ in range(n)])
+    rates.append(n / (time.time() - t))
+print("TPUT", sorted(rates)[len(rates) // 2], flush=True)
 """
 
 
@@ -296,7 +298,7 @@ def srun_latency(n):
         if r.returncode != 0:
             raise SystemExit(f"srun true failed: {r.stderr}")
         xs.append(time.time() - t)
-    return median(xs)
+    return xs
 
 
 def restart_slurm():
@@ -306,8 +308,11 @@ def restart_slurm():
 
 
 def srun_cost(n):
+    """Medians of n sruns with the plugin and n without, taken as with,
+    without, with (n/2 each side): a drift of the machine's speed during the
+    run falls on both alike."""
     conf = "/etc/slurm/plugstack.conf.d/syndeo.conf"
-    with_plugin = srun_latency(n)
+    with_plugin = srun_latency(n // 2)
     os.rename(conf, conf + ".bench-off")
     try:
         restart_slurm()
@@ -315,7 +320,8 @@ def srun_cost(n):
     finally:
         os.rename(conf + ".bench-off", conf)
         restart_slurm()
-    return with_plugin, without
+    with_plugin += srun_latency(n - n // 2)
+    return median(with_plugin), median(without)
 
 
 # ---------------------------------------------------------------- 4. throughput
@@ -381,7 +387,7 @@ def main():
     ap.add_argument("--image", required=True)
     ap.add_argument("--venv", required=True)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--srun-reps", type=int, default=15)
+    ap.add_argument("--srun-reps", type=int, default=40)
     ap.add_argument("--mesh-bench", required=True, help="syndeo-agent built with --features mesh-bench")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
@@ -405,9 +411,13 @@ def main():
     with_plugin, without_plugin = srun_cost(a.srun_reps)
     log("bench: task throughput")
     tputs_syndeo, tputs_bare = [], []
-    for _ in range(a.reps):
-        tputs_syndeo.append(syndeo_throughput(a.image))
+    for i in range(a.reps):
+        # Turn about, so that neither side always runs on a warmer machine.
+        if i % 2 == 0:
+            tputs_syndeo.append(syndeo_throughput(a.image))
         tputs_bare.append(bare_throughput(a.venv))
+        if i % 2 == 1:
+            tputs_syndeo.append(syndeo_throughput(a.image))
     tput_syndeo, tput_bare = median(tputs_syndeo), median(tputs_bare)
     log("bench: mesh scale (simulated agents on loopback)")
     mesh = mesh_scale(a.mesh_bench, a.reps)
@@ -430,7 +440,7 @@ def main():
         f"syndeo/bare {median(teardown_syndeo) / median(teardown_bare):.2f} |",
         f"| `srun -N1 true` with the plugin vs without | {with_plugin * 1000:.0f} ms | {without_plugin * 1000:.0f} ms | "
         f"with/without {with_plugin / without_plugin:.3f} |",
-        f"| Ray task throughput, 2000 tasks (syndeo container vs bare) | {tput_syndeo:.0f}/s | {tput_bare:.0f}/s | "
+        f"| Ray task throughput, 5 x 2000 tasks (syndeo container vs bare) | {tput_syndeo:.0f}/s | {tput_bare:.0f}/s | "
         f"syndeo/bare {tput_syndeo / tput_bare:.2f} |",
         "",
         "Every repetition (seconds): " + "; ".join(f"{k}: {', '.join(f'{x:.2f}' for x in v)}" for k, v in ready.items()),
@@ -494,15 +504,16 @@ side by side in the same run, are the result. Benchmarks never fail CI.
   This covers stopping Ray gracefully, killing what is left, and removing the job's
   directories. Bare Ray is measured from SIGTERM to its `ray start --block` processes
   until no process of that cluster is left.
-- **srun cost**: the median of `srun -N1 -n1 true` as a user, first with syndeo in
-  plugstack, then with the snippet moved away and Slurm restarted.
+- **srun cost**: the median of `srun -N1 -n1 true` as a user, with syndeo in plugstack
+  (half before, half after), and with the snippet moved away and Slurm restarted.
 - **mesh scale**: `syndeo-agent mesh-bench` (a build with the `mesh-bench` feature, which
   the packages never have) runs N agents' real lifecycle in one process, each with its own
   mesh server on 127.10.x.y and its job directory on tmpfs; the launcher is a no-op that
   says "started" at once. It counts every mesh call served and every view streamed.
-- **throughput**: 2,000 empty `num_cpus=1` tasks after 200 warm-up tasks, each repetition through
-  `srun --syndeo` in syndeo's container, and once from the host venv against the bare
-  cluster on the same nodes.
+- **throughput**: 200 warm-up tasks, then 5 rounds of 2,000 empty `num_cpus=1` tasks; a
+  repetition's figure is its median round. The driver runs through `srun --syndeo` in
+  syndeo's container, and from the host venv against the bare cluster on the same nodes;
+  the two sides take turns going first.
 
 ![ready time](bench/out/ready.png)
 """)
