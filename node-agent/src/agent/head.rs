@@ -141,9 +141,10 @@ async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>
 
 /// The head's `ray start`; the GCS address goes out as soon as the GCS
 /// accepts connections, before `ray start` returns: the workers' start
-/// overlaps the rest of the head's (its raylet and agents). Earlier, they
-/// would only poll a GCS that is not there yet, and on a busy node that costs
-/// more than it saves.
+/// overlaps the rest of the head's (its raylet and agents). Ray's own worker
+/// start polls the head's GCS with 2 s sleeps, so the launcher polls it for
+/// them, every 50 ms (`wait_for_head` in launcher.py); earlier would only
+/// poll a GCS that is not there yet.
 async fn head_started(
     shared: &Shared,
     ip: IpAddr,

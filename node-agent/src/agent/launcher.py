@@ -116,6 +116,36 @@ def ray_start(args):
     except Exception as e:
         return f"`ray start` failed: {type(e).__name__}: {e}"
 
+def wait_for_head(args, limit):
+    """A worker's `ray start` first reads the cluster's session name from the
+    head's GCS, then the head node's record; whenever one is not there yet,
+    Ray sleeps 2 s before it asks again. The agent hands out the GCS address
+    as soon as the GCS accepts connections, to overlap the workers' start
+    with the head's, so both are often missing at first: ask here, every
+    50 ms, instead. On any trouble, `ray start` itself has the last word."""
+    if "--address" not in args:
+        return
+    gcs = args[args.index("--address") + 1]
+    end = time.time() + limit
+    client = None
+    while time.time() < end:
+        try:
+            from ray._raylet import GcsClient
+            from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
+            head = GetAllNodeInfoRequest.NodeSelector()
+            head.is_head_node = True
+            client = client or GcsClient(address=gcs)
+            if (client.internal_kv_get(b"session_name", b"session", timeout=2) is not None
+                    and client.get_all_node_info(timeout=2, node_selectors=[head])):
+                return
+        except Exception:
+            pass
+        # The agent may stop this container meanwhile (the head stepped down).
+        ready, _, _ = select.select([sys.stdin], [], [], 0.05)
+        if ready and not sys.stdin.readline():
+            stop_all(0)
+
+wait_for_head(args, 120)
 err = ray_start(args)
 sys.stdout.flush()
 if err:
