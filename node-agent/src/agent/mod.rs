@@ -56,6 +56,7 @@ pub fn run(job_dir: &Path, restart: Option<(u32, String)>) -> Result<()> {
         info!("agent exits");
         Ok::<_, anyhow::Error>(())
     })?;
-    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    // Ray is stopped; the tasks left (the mesh and local servers) need no wait.
+    rt.shutdown_background();
     Ok(())
 }
