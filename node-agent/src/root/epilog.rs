@@ -25,12 +25,12 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
     });
     let name = c.job.to_string();
     let record = c.runtime_base.join(AGENTS_DIR).join(&name);
-    let agent = read_record(&record).filter(|&(pid, start)| procs::running(pid, start));
+    let agent = read_record(&record).filter(|(pid, start)| procs::stat(*pid).is_some_and(|s| s.start_time == *start));
 
-    if let Some((pid, start)) = agent {
+    if let Some((pid, _)) = agent {
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(config.stop_grace);
-        while Instant::now() < deadline && procs::running(pid, start) {
+        while Instant::now() < deadline && procs::stat(pid).is_some_and(|s| s.start_time == agent.unwrap().1) {
             std::thread::sleep(Duration::from_millis(50));
         }
     }

@@ -10,9 +10,6 @@ pub struct ProcStat {
     pub pid: i32,
     pub session: i32,
     pub start_time: u64,
-    /// It has exited and waits to be reaped by its parent (init for the
-    /// agent's): it runs nothing and holds nothing but its PID.
-    pub zombie: bool,
 }
 
 pub fn stat(pid: i32) -> Option<ProcStat> {
@@ -25,12 +22,7 @@ pub fn parse_stat(pid: i32, text: &str) -> Option<ProcStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // rest starts at field 3 (state): session is field 6, starttime field 22.
-    Some(ProcStat {
-        pid,
-        session: f.get(3)?.parse().ok()?,
-        start_time: f.get(19)?.parse().ok()?,
-        zombie: *f.first()? == "Z",
-    })
+    Some(ProcStat { pid, session: f.get(3)?.parse().ok()?, start_time: f.get(19)?.parse().ok()? })
 }
 
 pub fn uid_of(pid: i32) -> Option<u32> {
@@ -50,22 +42,14 @@ pub fn all_pids() -> Vec<i32> {
     rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
 }
 
-/// Running processes of `uid` that carry the job marker or live in
-/// `session`. Zombies are not counted: SIGKILL cannot end them, and their
-/// parent (init, for the agent's) reaps them in its own time.
+/// Processes of `uid` that carry the job marker or live in `session`.
 pub fn job_processes(uid: u32, marker: (&str, &str), session: Option<i32>) -> Vec<i32> {
     let me = std::process::id() as i32;
     all_pids()
         .into_iter()
         .filter(|&p| p != me && uid_of(p) == Some(uid))
-        .filter(|&p| stat(p).is_some_and(|st| !st.zombie))
         .filter(|&p| session.is_some_and(|s| stat(p).is_some_and(|st| st.session == s)) || has_env(p, marker.0, marker.1))
         .collect()
-}
-
-/// Whether the process `pid` that started at `start_time` still runs.
-pub fn running(pid: i32, start_time: u64) -> bool {
-    stat(pid).is_some_and(|s| s.start_time == start_time && !s.zombie)
 }
 
 #[cfg(test)]
@@ -78,22 +62,6 @@ mod tests {
         let s = parse_stat(1234, line).unwrap();
         assert_eq!(s.session, 1200);
         assert_eq!(s.start_time, 98765);
-        assert!(!s.zombie);
-    }
-
-    /// A child that exited and is not reaped yet is a zombie: not running.
-    #[test]
-    fn an_exited_unreaped_child_is_a_zombie_and_not_running() {
-        let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
-        let pid = child.id() as i32;
-        let start = stat(pid).unwrap().start_time;
-        let t = std::time::Instant::now();
-        while !stat(pid).unwrap().zombie {
-            assert!(t.elapsed() < std::time::Duration::from_secs(10), "/bin/true did not exit");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert!(!running(pid, start));
-        child.wait().unwrap();
     }
 
     #[test]
