@@ -204,6 +204,16 @@ impl Job {
             std::thread::sleep(Duration::from_millis(250));
         }
     }
+
+    /// Waits until the job's stderr contains `needle` (the job may have ended
+    /// by then); panics with the output if it does not within `limit`.
+    pub fn wait_stderr(&self, needle: &str, limit: Duration) {
+        let start = Instant::now();
+        while !self.stderr().contains(needle) {
+            assert!(start.elapsed() < limit, "job {} wrote no {needle:?} within {limit:?}: {}", self.id, self.output());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
 }
 
 /// All processes on this machine (every node shares its PID namespace) that

@@ -141,11 +141,7 @@ fn a_link_lost_during_start_up_fails_the_job_within_the_start_up_timeout_naming_
         }
         let _down = LinkDown::new("node3");
         // The job's steps learn of the failure from the head within the start-up timeout.
-        let t = std::time::Instant::now();
-        while !job.stderr().contains("could not start") {
-            assert!(t.elapsed() < Duration::from_secs(90), "no failure within 90 s: {}", job.output());
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        job.wait_stderr("could not start", Duration::from_secs(90));
         job
     };
     let state = job.wait(Duration::from_secs(240));
@@ -194,11 +190,7 @@ srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n[
     let raylet = job_process(job.id, "node2", "/usr/local/lib/python3.11/dist-packages/ray/core/src/ray/raylet/raylet")
         .expect("a raylet on node2");
     run(&["kill", "-KILL", &raylet.to_string()]);
-    let t = std::time::Instant::now();
-    while !job.stderr().contains("rejoined the cluster") {
-        assert!(t.elapsed() < Duration::from_secs(120), "no restart within 120 s: {}", job.output());
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    job.wait_stderr("rejoined the cluster", Duration::from_secs(120));
     write_file(USER_A, &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     let err = job.stderr();
@@ -353,11 +345,7 @@ fn a_killed_agent_is_restarted_and_rejoins_so_the_batch_script_on_its_node_still
 
     job.wait_line("WAITING", Duration::from_secs(120));
     run(&["kill", "-KILL", &agent_pid(job.id, "node3").expect("the agent on node3").to_string()]);
-    let t = std::time::Instant::now();
-    while !job.stderr().contains("node agent on node3") {
-        assert!(t.elapsed() < Duration::from_secs(120), "node3 did not rejoin within 120 s: {}", job.output());
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    job.wait_stderr("node agent on node3", Duration::from_secs(120));
     write_file(USER_A, &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     let out = job.stdout();
