@@ -127,14 +127,17 @@ def wait_for_head(args, limit):
     if "--address" not in args:
         return
     gcs = args[args.index("--address") + 1]
+    try:
+        from ray._raylet import GcsClient
+        from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
+        head = GetAllNodeInfoRequest.NodeSelector()
+        head.is_head_node = True
+    except Exception:
+        return
     end = time.time() + limit
     client = None
     while time.time() < end:
         try:
-            from ray._raylet import GcsClient
-            from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
-            head = GetAllNodeInfoRequest.NodeSelector()
-            head.is_head_node = True
             client = client or GcsClient(address=gcs)
             if (client.internal_kv_get(b"session_name", b"session", timeout=2) is not None
                     and client.get_all_node_info(timeout=2, node_selectors=[head])):
