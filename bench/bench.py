@@ -506,8 +506,11 @@ side by side in the same run, are the result. Benchmarks never fail CI.
   line after the loop.
 - **teardown**: syndeo's plugin logs `node clean in N ms` after each node's epilog.
   This covers stopping Ray gracefully, killing what is left, and removing the job's
-  directories. Bare Ray is measured from SIGTERM to its `ray start --block` processes
-  until no process of that cluster is left.
+  directories, and ends when the node's agent is gone (reaped). The minicluster runs
+  each slurmd under `tests/cluster/reaper.py`, which reaps orphans at once, as systemd
+  does on a real node (this machine's own PID 1 reaps only every ~2 s). Bare Ray is
+  measured from SIGTERM to its `ray start --block` processes until no process of that
+  cluster is left.
 - **srun cost**: the median of `srun -N1 -n1 true` as a user, with syndeo in plugstack
   (half before, half after), and with the snippet moved away and Slurm restarted.
 - **mesh scale**: `syndeo-agent mesh-bench` (a build with the `mesh-bench` feature, which
