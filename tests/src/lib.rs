@@ -160,22 +160,15 @@ pub fn drained_nodes() -> Vec<String> {
 }
 
 /// Everything a syndeo job may leave on a node: processes, dirs, shm objects.
-/// A zombie already handed to PID 1 has ended and waits only for init to reap
-/// it: this machine's init does so every ~2 s (a user's `salloc` that exits
-/// before its `srun` leaves one), so those get up to 5 s to go before they
-/// count.
+/// A zombie has ended and waits only to be reaped; one handed to PID 1 waits
+/// for this machine's init, which reaps every ~2 s (a user's `salloc` that
+/// exits before its `srun` leaves one). So zombies get up to 5 s to go before
+/// they count.
 pub fn leftovers(job: u32, user: &str) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let found = leftovers_now(job, user);
-        let awaiting_init = found.iter().any(|f| {
-            let pid = f.split_once(": process ").and_then(|(_, p)| p.split_whitespace().next()?.parse().ok());
-            pid.is_some_and(|pid: i32| {
-                proc_status(pid, "State").is_some_and(|s| s.starts_with('Z'))
-                    && proc_status(pid, "PPid").as_deref() == Some("1")
-            })
-        });
-        if !awaiting_init || Instant::now() > deadline {
+        if !found.iter().any(|f| f.ends_with("<defunct>")) || Instant::now() > deadline {
             return found;
         }
         std::thread::sleep(Duration::from_millis(250));
