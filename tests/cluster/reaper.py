@@ -52,8 +52,9 @@ def main(argv):
             pid, status = os.wait()
         except ChildProcessError:
             os._exit(0)
-        if pid == cmd:
-            os.write(status_w, str(os.waitstatus_to_exitcode(status) & 0xFF).encode())
+        if pid == cmd:  # a shell's exit code: 128+N for signal N
+            code = os.waitstatus_to_exitcode(status)
+            os.write(status_w, str(128 - code if code < 0 else code).encode())
             os.close(status_w)
 
 
