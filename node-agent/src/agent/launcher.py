@@ -49,6 +49,12 @@ def raylet_alive():
             return True
     return False
 
+def stop_on_eof(timeout):
+    """Waits up to `timeout` s for the agent's word on stdin; its end means stop."""
+    ready, _, _ = select.select([sys.stdin], [], [], timeout)
+    if ready and not sys.stdin.readline():
+        stop_all(0)
+
 def stop_all(code):
     # Our own PID namespace: -1 reaches exactly this job's Ray on this node.
     # As Ray's own shutdown (node.py, _kill_process_impl) does, each process
@@ -148,9 +154,7 @@ def wait_for_head(args, limit):
         except Exception:
             pass
         # The agent may stop this container meanwhile (the head stepped down).
-        ready, _, _ = select.select([sys.stdin], [], [], 0.05)
-        if ready and not sys.stdin.readline():
-            stop_all(0)
+        stop_on_eof(0.05)
 
 wait_for_head(args, 120)
 err = ray_start(args)
@@ -161,9 +165,7 @@ if err:
 say("SYNDEO_RAY_STARTED")
 
 while True:
-    ready, _, _ = select.select([sys.stdin], [], [], 0.5)
-    if ready and not sys.stdin.readline():
-        stop_all(0)
+    stop_on_eof(0.5)
     if not raylet_alive():
         say("SYNDEO_RAY_DIED")
         stop_all(5)
