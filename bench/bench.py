@@ -388,8 +388,8 @@ def main():
     ap.add_argument("--venv", required=True)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--srun-reps", type=int, default=40)
-    # One cluster's figure moves by 15% from one run to the next on these
-    # shared cores: more repetitions than for the times.
+    # One cluster's figure moves by up to 30% from one cluster to the next on
+    # these shared cores: more repetitions than for the times.
     ap.add_argument("--tput-reps", type=int, default=10)
     ap.add_argument("--mesh-bench", required=True, help="syndeo-agent built with --features mesh-bench")
     a = ap.parse_args()
