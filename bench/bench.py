@@ -8,14 +8,16 @@ machine are noise; the ratios measured in one run are the result.
    `ray symmetric-run` under srun | the sleep-based sbatch template of Ray's docs.
 2. Teardown: epilog start -> node clean (syndeo), SIGTERM -> no process (bare).
 3. Cost to jobs without --syndeo: `srun true` with and without the plugin.
-4. Ray task throughput: syndeo's container vs bare Ray on the same nodes.
-5. Mesh scale (simulated nodes): not implemented yet; said in the output.
+4. Ray task throughput: syndeo's container vs bare Ray on the same nodes,
+   both up at once, their drivers taking turns.
+5. Mesh scale: simulated nodes' agents on loopback, Ray replaced by a no-op.
 """
 import argparse
 import datetime
 import os
 import re
 import secrets
+import shutil
 import signal
 import statistics
 import subprocess
@@ -32,18 +34,28 @@ NODES = open("/run/syndeo-minicluster/nodes").read().split()
 IP = {n: f"10.213.7.{10 + i}" for i, n in enumerate(NODES, 1)}
 
 TPUT_PY = r"""
-import time, ray
+# One driver of the throughput benchmark: SIDE's, against the Ray cluster of
+# its environment. It warms up, says ready, then runs one round of 2,000
+# empty tasks each time the bench drops go-SIDE-K into DIR, and writes
+# done-SIDE-K with the round's rate. The two sides' rounds never overlap.
+import os, sys, time, ray
+side, d, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ray.init()
 @ray.remote(num_cpus=1)
 def f():
     return 0
 ray.get([f.remote() for _ in range(200)])
-n, rates = 2000, []
-for _ in range(5):
+def put(name, text):
+    with open(os.path.join(d, name + ".tmp"), "w") as fh:
+        fh.write(text)
+    os.rename(os.path.join(d, name + ".tmp"), os.path.join(d, name))
+put(side + ".ready", "")
+for k in range(rounds):
+    while not os.path.exists(os.path.join(d, f"go-{side}-{k}")):
+        time.sleep(0.005)
     t = time.time()
-    ray.get([f.remote() for _ in range(n)])
-    rates.append(n / (time.time() - t))
-print("TPUT", sorted(rates)[len(rates) // 2], flush=True)
+    ray.get([f.remote() for _ in range(2000)])
+    put(f"done-{side}-{k}", repr(2000 / (time.time() - t)))
 """
 
 
@@ -326,21 +338,73 @@ def srun_cost(n):
 
 # ---------------------------------------------------------------- 4. throughput
 
-def syndeo_throughput(image):
-    write_user_file("tput.py", TPUT_PY)
-    _, _, out = syndeo_ready(image, "srun --syndeo -N1 -n1 python3 tput.py\n")
-    return float(re.search(r"TPUT (\S+)", out).group(1))
+def wait_file(path, limit, why_not):
+    """Waits for `path`, looking every 5 ms; `why_not()` (asked once a
+    second: it may run scontrol) names a reason to give up early, or None."""
+    end, asked = time.time() + limit, time.time()
+    while not os.path.exists(path):
+        if time.time() - asked >= 1:
+            asked = time.time()
+            reason = why_not()
+            if reason:
+                raise SystemExit(f"throughput: no {os.path.basename(path)}: {reason}")
+        if time.time() > end:
+            raise SystemExit(f"throughput: no {os.path.basename(path)} within {limit} s")
+        time.sleep(0.005)
 
 
-def bare_throughput(venv):
+def busy_cpu_seconds():
+    """CPU time the whole machine has spent not idle (all cores), from /proc/stat."""
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, open("/proc/stat").readline().split()[1:9])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput_pair(image, venv, rounds):
+    """A syndeo cluster and a bare one, up at once on the same nodes. Their
+    drivers take turns, one round of 2,000 tasks at a time, and which side
+    goes first alternates: a drift of the machine's speed falls on both
+    alike. Returns, per side, the rates (tasks/s, one per round) and the
+    machine's busy CPU seconds during that side's rounds."""
+    d = os.path.join(WORK, f"tput-{secrets.token_hex(3)}")
+    os.mkdir(d)
+    sh(["chown", f"{USER}:{USER}", d])
+    script = write_user_file("tput.py", TPUT_PY)
     _, procs, mark, addr, env = bare_cluster(venv)
+    jid = None
     try:
-        env = dict(env, RAY_ADDRESS=addr)
-        p = as_user_in(NODES[0], [f"{venv}/bin/python3", "-c", TPUT_PY], env)
-        out = p.communicate(timeout=300)[0]
-        return float(re.search(r"TPUT (\S+)", out).group(1))
+        bare = as_user_in(NODES[0], [f"{venv}/bin/python3", script, "bare", d, str(rounds)], dict(env, RAY_ADDRESS=addr))
+        jid = submit(["-N3", f"--syndeo={image}"], f"#!/bin/bash\nsrun --syndeo -N1 -n1 python3 tput.py syndeo {d} {rounds}\n")
+
+        def why_not():
+            if bare.poll() not in (None, 0):
+                return f"the bare driver failed: {bare.stdout.read()[-2000:]}"
+            st = job_state(jid)
+            if st not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "COMPLETED", ""):
+                return f"syndeo job {jid} {st}: {''.join(job_out(jid))[-2000:]}"
+            return None
+
+        for side in ("syndeo", "bare"):
+            wait_file(os.path.join(d, f"{side}.ready"), 300, why_not)
+        rates, cpu = {"syndeo": [], "bare": []}, {"syndeo": 0.0, "bare": 0.0}
+        for k in range(rounds):
+            for side in (("syndeo", "bare") if k % 2 == 0 else ("bare", "syndeo")):
+                before = busy_cpu_seconds()
+                open(os.path.join(d, f"go-{side}-{k}"), "w").close()
+                done = os.path.join(d, f"done-{side}-{k}")
+                wait_file(done, 120, why_not)
+                cpu[side] += busy_cpu_seconds() - before
+                rates[side].append(float(open(done).read()))
+        bare.communicate(timeout=60)
+        if wait_job(jid) != "COMPLETED":
+            raise SystemExit(f"syndeo job {jid}: {''.join(job_out(jid))[-2000:]}")
+        jid = None
+        return rates, cpu
     finally:
+        if jid is not None:
+            sh(["scancel", str(jid)])
+            wait_job(jid, limit=120)
         bare_stop(procs, mark)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- report
@@ -388,9 +452,11 @@ def main():
     ap.add_argument("--venv", required=True)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--srun-reps", type=int, default=40)
-    # One cluster's figure moves by up to 30% from one cluster to the next on
-    # these shared cores: more repetitions than for the times.
-    ap.add_argument("--tput-reps", type=int, default=10)
+    # Pairs of clusters (one syndeo, one bare) for throughput, and rounds a
+    # side in each: the rate moves by 10% from round to round on these
+    # shared cores, and by more from one cluster to the next.
+    ap.add_argument("--tput-reps", type=int, default=5)
+    ap.add_argument("--tput-rounds", type=int, default=12)
     ap.add_argument("--mesh-bench", required=True, help="syndeo-agent built with --features mesh-bench")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
@@ -413,15 +479,18 @@ def main():
     log("bench: srun cost with and without the plugin")
     with_plugin, without_plugin = srun_cost(a.srun_reps)
     log("bench: task throughput")
-    tputs_syndeo, tputs_bare = [], []
+    tputs = {"syndeo": [], "bare": []}
+    cpu = {"syndeo": 0.0, "bare": 0.0}
+    pair_ratios = []
     for i in range(a.tput_reps):
-        # Turn about, so that neither side always runs on a warmer machine.
-        if i % 2 == 0:
-            tputs_syndeo.append(syndeo_throughput(a.image))
-        tputs_bare.append(bare_throughput(a.venv))
-        if i % 2 == 1:
-            tputs_syndeo.append(syndeo_throughput(a.image))
-    tput_syndeo, tput_bare = median(tputs_syndeo), median(tputs_bare)
+        rates, used = throughput_pair(a.image, a.venv, a.tput_rounds)
+        for side in tputs:
+            tputs[side] += rates[side]
+            cpu[side] += used[side]
+        pair_ratios.append(median(rates["syndeo"]) / median(rates["bare"]))
+    tput_syndeo, tput_bare = median(tputs["syndeo"]), median(tputs["bare"])
+    tasks = 2000 * a.tput_rounds * a.tput_reps
+    cpu_syndeo, cpu_bare = (cpu[side] / tasks * 1000 for side in ("syndeo", "bare"))
     log("bench: mesh scale (simulated agents on loopback)")
     mesh = mesh_scale(a.mesh_bench, a.reps)
 
@@ -443,13 +512,14 @@ def main():
         f"syndeo/bare {median(teardown_syndeo) / median(teardown_bare):.2f} |",
         f"| `srun -N1 true` with the plugin vs without | {with_plugin * 1000:.0f} ms | {without_plugin * 1000:.0f} ms | "
         f"with/without {with_plugin / without_plugin:.3f} |",
-        f"| Ray task throughput, 5 x 2000 tasks (syndeo container vs bare) | {tput_syndeo:.0f}/s | {tput_bare:.0f}/s | "
-        f"syndeo/bare {tput_syndeo / tput_bare:.2f} |",
+        f"| Ray task throughput, rounds of 2,000 tasks taken in turn (syndeo container vs bare) | "
+        f"{tput_syndeo:.0f}/s | {tput_bare:.0f}/s | syndeo/bare {tput_syndeo / tput_bare:.2f} |",
+        f"| CPU per 1,000 of those tasks, whole machine | {cpu_syndeo:.2f} s | {cpu_bare:.2f} s | "
+        f"syndeo/bare {cpu_syndeo / cpu_bare:.2f} |",
         "",
         "Every repetition (seconds): " + "; ".join(f"{k}: {', '.join(f'{x:.2f}' for x in v)}" for k, v in ready.items()),
-        f"Throughput per repetition ({a.tput_reps} each, tasks/s): syndeo "
-        + ", ".join(f"{x:.0f}" for x in tputs_syndeo)
-        + "; bare " + ", ".join(f"{x:.0f}" for x in tputs_bare),
+        f"Throughput, syndeo/bare per pair of clusters ({a.tput_reps} pairs of {a.tput_rounds} rounds a side; "
+        "each the ratio of the two sides' median rounds): " + ", ".join(f"{x:.2f}" for x in pair_ratios),
         "",
         "Mesh scale: N simulated nodes' agents in one process, each on its own loopback address, electing",
         "a head and wiring up (Join, Watch, Report) for real; **Ray's launch is replaced by a no-op** here.",
@@ -467,6 +537,7 @@ def main():
     print("\n".join(lines))
     print(f"ready ratio syndeo/bare: {med['syndeo'] / med['bare ray start']:.2f}")
     print(f"ready ratio symmetric-run/syndeo: {med['symmetric-run'] / med['syndeo']:.2f}")
+    print(f"throughput ratio syndeo/bare: {tput_syndeo / tput_bare:.2f}")
     print(f"mesh scale 4096 nodes: {mesh[4096][0]:.2f} s, {mesh[4096][1]:.2f} messages per node "
           f"(1024 nodes: {mesh[1024][0]:.2f} s, {mesh[1024][1]:.2f})")
     png = os.path.join(OUT, "ready.png")
@@ -479,7 +550,7 @@ def write_benchmarks_md(lines, a, took):
     with open(os.path.join(REPO, "BENCHMARKS.md"), "w") as f:
         f.write(f"""# Benchmarks
 
-Made by `bench/run --reps {a.reps}` ({a.tput_reps} repetitions for throughput; took {took:.0f} s), which rewrites this file. Every figure
+Made by `bench/run --reps {a.reps}` ({a.tput_reps} pairs of clusters for throughput; took {took:.0f} s), which rewrites this file. Every figure
 comes from one run on the 3-node minicluster: a real Slurm 22.05 with 3 slurmd in network,
 UTS and mount namespaces on one 2-core machine, and Ray 2.60. syndeo ran through the
 bubblewrap runtime. Absolute times on this shared machine are noise. The ratios, measured
@@ -517,12 +588,16 @@ side by side in the same run, are the result. Benchmarks never fail CI.
   the packages never have) runs N agents' real lifecycle in one process, each with its own
   mesh server on 127.10.x.y and its job directory on tmpfs; the launcher is a no-op that
   says "started" at once. It counts every mesh call served and every view streamed.
-- **throughput**: 200 warm-up tasks, then 5 rounds of 2,000 empty `num_cpus=1` tasks; a
-  repetition's figure is its median round. The driver runs through `srun --syndeo` in
-  syndeo's container, and from the host venv against the bare cluster on the same nodes;
-  the two sides take turns going first. One cluster's figure is steady, but it moves by
-  up to 30% from one cluster to the next (which nodes' processes share a core), hence the
-  extra repetitions.
+- **throughput**: a syndeo cluster and a bare one run at once on the same nodes. Each
+  has one driver on node1: through `srun --syndeo` in syndeo's container, and from the
+  host venv against the bare cluster. Each driver runs 200 warm-up tasks. Then the two
+  take turns: one round of 2,000 empty `num_cpus=1` tasks, then the other side's round.
+  Which side goes first alternates, so a drift of the machine's speed falls on both
+  alike. The table gives the median round of each side over all pairs. The CPU row is the
+  machine's busy CPU time (`/proc/stat`, all processes) during each side's rounds, per
+  1,000 tasks. The idle other cluster costs both sides the same. The rate moves by about
+  10% from round to round on these shared cores, and by more from one cluster to the
+  next, hence several pairs of fresh clusters.
 
 ![ready time](bench/out/ready.png)
 """)
