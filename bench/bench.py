@@ -320,20 +320,25 @@ def restart_slurm():
 
 
 def srun_cost(n):
-    """Medians of n sruns with the plugin and n without, taken as with,
-    without, with (n/2 each side): a drift of the machine's speed during the
-    run falls on both alike."""
+    """Medians of n sruns with the plugin and n without, in six blocks
+    (with, without, without, with, with, without), each after a restart of
+    Slurm and two sruns not counted: a drift of the machine's speed during
+    the run falls on both alike, and so does the restart."""
     conf = "/etc/slurm/plugstack.conf.d/syndeo.conf"
-    with_plugin = srun_latency(n // 2)
-    os.rename(conf, conf + ".bench-off")
+    order = ["with", "without", "without", "with", "with", "without"]
+    times = {"with": [], "without": []}
     try:
-        restart_slurm()
-        without = srun_latency(n)
+        for side in order:
+            if (side == "with") != os.path.exists(conf):
+                os.rename(*((conf + ".bench-off", conf) if side == "with" else (conf, conf + ".bench-off")))
+            restart_slurm()
+            srun_latency(2)
+            times[side] += srun_latency(max(1, n // 3))
     finally:
-        os.rename(conf + ".bench-off", conf)
+        if not os.path.exists(conf):
+            os.rename(conf + ".bench-off", conf)
         restart_slurm()
-    with_plugin += srun_latency(n - n // 2)
-    return median(with_plugin), median(without)
+    return median(times["with"]), median(times["without"])
 
 
 # ---------------------------------------------------------------- 4. throughput
@@ -583,7 +588,12 @@ side by side in the same run, are the result. Benchmarks never fail CI.
   measured from SIGTERM to its `ray start --block` processes until no process of that
   cluster is left.
 - **srun cost**: the median of `srun -N1 -n1 true` as a user, with syndeo in plugstack
-  (half before, half after), and with the snippet moved away and Slurm restarted.
+  and with the snippet moved away, in six blocks (with, without, without, with, with,
+  without). Slurm restarts before each block, and each block's first two sruns are not
+  counted. With the plugin in plugstack, srun and slurmstepd load it, and slurmd runs
+  every job's prolog and epilog through a `slurmstepd spank` process of its own (Slurm
+  does so whenever a plugin has job prolog or epilog hooks); syndeo's hooks return at
+  once for a job without `--syndeo`.
 - **mesh scale**: `syndeo-agent mesh-bench` (a build with the `mesh-bench` feature, which
   the packages never have) runs N agents' real lifecycle in one process, each with its own
   mesh server on 127.10.x.y and its job directory on tmpfs; the launcher is a no-op that
