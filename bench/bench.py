@@ -574,7 +574,7 @@ def write_benchmarks_md(lines, a, took):
     with open(os.path.join(REPO, "BENCHMARKS.md"), "w") as f:
         f.write(f"""# Benchmarks
 
-Made by `bench/run --reps {a.reps}` ({a.tput_reps} pairs of clusters for throughput; took {took:.0f} s), which rewrites this file. Every figure
+Made by `bench/run --reps {a.reps} --srun-reps {a.srun_reps}` ({a.tput_reps} pairs of clusters for throughput; took {took:.0f} s), which rewrites this file. Every figure
 comes from one run on the 3-node minicluster: a real Slurm 22.05 with 3 slurmd in network,
 UTS and mount namespaces on one 2-core machine, and Ray 2.60. syndeo ran through the
 bubblewrap runtime. Absolute times on this shared machine are noise. The ratios, measured
