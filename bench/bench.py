@@ -161,8 +161,9 @@ def median(xs):
 
 # ---------------------------------------------------------------- 1. ready
 
-def syndeo_ready(image, script_extra=""):
-    jid = submit(["-N3", f"--syndeo={image}"], "#!/bin/bash\necho T_SCRIPT $(date +%s.%N)\n" + script_extra)
+def syndeo_ready(image):
+    """A 3-node syndeo job's seconds to ready, and each node's teardown."""
+    jid = submit(["-N3", f"--syndeo={image}"], "#!/bin/bash\necho T_SCRIPT $(date +%s.%N)\n")
     st = wait_job(jid)
     out, err = job_out(jid)
     m = re.search(r"T_SCRIPT (\S+)", out)
@@ -172,7 +173,7 @@ def syndeo_ready(image, script_extra=""):
     ready = float(m.group(1)) - min(starts)
     teardown = [int(re.search(r"node clean in (\d+) ms", l).group(1)) / 1000
                 for _, l in slurmd_lines(f"syndeo: epilog for job {jid}: node clean in")]
-    return ready, teardown, out
+    return ready, teardown
 
 
 def bare_cluster(venv):
@@ -488,7 +489,7 @@ def main():
     teardown_syndeo, teardown_bare = [], []
     for i in range(a.reps):
         log(f"bench: repetition {i + 1}/{a.reps}")
-        r, td, _ = syndeo_ready(a.image)
+        r, td = syndeo_ready(a.image)
         ready["syndeo"].append(r)
         teardown_syndeo.extend(td)
         r, procs, mark, _, _ = bare_cluster(a.venv)
@@ -496,7 +497,7 @@ def main():
         teardown_bare.append(bare_stop(procs, mark))
         ready["symmetric-run"].append(peer_job_ready(symmetric_run_script(a.venv)))
         ready["sleep template"].append(peer_job_ready(template_script(a.venv)))
-    log("bench: srun cost with and without the plugin")
+    log("bench: srun cost with the plugin, with an empty plugin, and without")
     srun = srun_cost(a.srun_reps, a.empty_plugin)
     with_plugin, without_plugin = srun["with"], srun["without"]
     log("bench: task throughput")
