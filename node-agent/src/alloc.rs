@@ -119,7 +119,8 @@ mod tests {
 
     #[test]
     fn the_jobs_stderr_path_is_found_and_must_be_absolute() {
-        let detail = "   WorkDir=/home/u/w\n   StdErr=/home/u/w/job.err\n   StdIn=/dev/null\n   StdOut=/home/u/w/job.out\n";
+        let detail =
+            "   WorkDir=/home/u/w\n   StdErr=/home/u/w/job.err\n   StdIn=/dev/null\n   StdOut=/home/u/w/job.out\n";
         assert_eq!(job_stderr(detail).as_deref(), Some("/home/u/w/job.err"));
         assert_eq!(job_stderr("StdErr=(null)"), None);
         assert_eq!(job_stderr("JobId=3"), None);

@@ -3,8 +3,8 @@
 //! `SYNDEO_EXEC_ARGV0`; here, as the user, we ask the node's agent for the
 //! container command line and exec it with CMD appended, keeping the task's
 //! environment (RAY_ADDRESS and Slurm's variables included).
-use std::os::unix::process::CommandExt;
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
@@ -56,11 +56,7 @@ pub fn exec_in_image(job_dir: &Path, argv: &[OsString]) -> anyhow::Error {
         None => return anyhow::anyhow!("bad answer from the node agent: {reply}"),
     };
     let Some((program, rest)) = prefix.split_first() else { return anyhow::anyhow!("empty container command") };
-    let err = Command::new(program)
-        .args(rest)
-        .args(argv)
-        .env_remove(EXEC_ARGV0_ENV)
-        .env_remove(EXEC_JOB_DIR_ENV)
-        .exec();
+    let err =
+        Command::new(program).args(rest).args(argv).env_remove(EXEC_ARGV0_ENV).env_remove(EXEC_JOB_DIR_ENV).exec();
     anyhow::anyhow!("cannot run {program}: {err}")
 }

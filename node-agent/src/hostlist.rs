@@ -127,7 +127,11 @@ fn expand_ranges(spec: &str, list: &str) -> Result<Vec<String>, HostlistError> {
     let mut out = Vec::new();
     for part in spec.split(',') {
         let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        if lo.is_empty() || !lo.bytes().all(|b| b.is_ascii_digit()) || !hi.bytes().all(|b| b.is_ascii_digit()) || hi.is_empty() {
+        if lo.is_empty()
+            || !lo.bytes().all(|b| b.is_ascii_digit())
+            || !hi.bytes().all(|b| b.is_ascii_digit())
+            || hi.is_empty()
+        {
             return Err(bad(part));
         }
         let width = lo.len();

@@ -25,11 +25,18 @@ pub fn status(as_json: bool) -> Result<()> {
         println!("{s}");
         return Ok(());
     }
-    let get = |k: &str| s.get(k).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).unwrap_or_default();
-    println!("job {} on {}: {}{}", get("job"), get("node"), get("state"), match get("detail").as_str() {
-        "" => String::new(),
-        d => format!(" ({d})"),
-    });
+    let get =
+        |k: &str| s.get(k).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).unwrap_or_default();
+    println!(
+        "job {} on {}: {}{}",
+        get("job"),
+        get("node"),
+        get("state"),
+        match get("detail").as_str() {
+            "" => String::new(),
+            d => format!(" ({d})"),
+        }
+    );
     println!("head:        {}", get("head"));
     println!("ray address: {}", get("ray_address"));
     println!("nodes:       {}", get("nodes"));

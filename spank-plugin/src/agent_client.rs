@@ -83,9 +83,7 @@ fn ask(stream: UnixStream, deadline: Instant) -> Result<Option<String>, String> 
     if writer.write_all(request.as_bytes()).is_err() {
         return Ok(None);
     }
-    stream
-        .set_read_timeout(Some(Duration::from_secs(secs + 5)))
-        .map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(secs + 5))).map_err(|e| e.to_string())?;
     let mut line = String::new();
     match BufReader::new(stream).read_line(&mut line) {
         Ok(0) => Ok(None),

@@ -55,11 +55,7 @@ impl PluginConfig {
                     })?;
                     c.wait_timeout = Duration::from_secs(secs);
                 }
-                _ => {
-                    return Err(format!(
-                        "syndeo: unknown plugstack argument \"{key}\" (known: {KNOWN_ARGS})"
-                    ))
-                }
+                _ => return Err(format!("syndeo: unknown plugstack argument \"{key}\" (known: {KNOWN_ARGS})")),
             }
         }
         Ok(c)

@@ -69,12 +69,7 @@ fn guard(f: impl FnOnce() -> Result<(), ()>) -> c_int {
     }
 }
 
-fn hook(
-    sp: sys::spank_t,
-    ac: c_int,
-    av: *mut *mut c_char,
-    f: fn(&Spank) -> Result<(), ()>,
-) -> c_int {
+fn hook(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char, f: fn(&Spank) -> Result<(), ()>) -> c_int {
     guard(|| {
         let spank = Spank::new(sp, ac, av);
         f(&spank)
@@ -87,38 +82,22 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
 }
 
 #[no_mangle]
-pub extern "C" fn slurm_spank_user_init(
-    sp: sys::spank_t,
-    ac: c_int,
-    av: *mut *mut c_char,
-) -> c_int {
+pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     hook(sp, ac, av, hooks::slurmstepd::user_init)
 }
 
 #[no_mangle]
-pub extern "C" fn slurm_spank_task_init(
-    sp: sys::spank_t,
-    ac: c_int,
-    av: *mut *mut c_char,
-) -> c_int {
+pub extern "C" fn slurm_spank_task_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     hook(sp, ac, av, hooks::slurmstepd::task_init)
 }
 
 #[no_mangle]
-pub extern "C" fn slurm_spank_job_prolog(
-    sp: sys::spank_t,
-    ac: c_int,
-    av: *mut *mut c_char,
-) -> c_int {
+pub extern "C" fn slurm_spank_job_prolog(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     hook(sp, ac, av, hooks::job_script::prolog)
 }
 
 #[no_mangle]
-pub extern "C" fn slurm_spank_job_epilog(
-    sp: sys::spank_t,
-    ac: c_int,
-    av: *mut *mut c_char,
-) -> c_int {
+pub extern "C" fn slurm_spank_job_epilog(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     hook(sp, ac, av, hooks::job_script::epilog)
 }
 
@@ -263,9 +242,7 @@ impl Spank {
         let n = to_cstring(name);
         let mut buf = vec![0u8; 16384];
         // SAFETY: buffer and its length are passed together.
-        let rc = unsafe {
-            sys::spank_getenv(self.sp, n.as_ptr(), buf.as_mut_ptr() as *mut c_char, buf.len() as c_int)
-        };
+        let rc = unsafe { sys::spank_getenv(self.sp, n.as_ptr(), buf.as_mut_ptr() as *mut c_char, buf.len() as c_int) };
         if rc != sys::ESPANK_SUCCESS {
             return None;
         }
@@ -297,9 +274,7 @@ impl Spank {
         let mut argc: c_int = 0;
         let mut argv: *mut *mut c_char = std::ptr::null_mut();
         // SAFETY: S_JOB_ARGV takes (int *, char ***).
-        let rc = unsafe {
-            sys::spank_get_item(self.sp, sys::S_JOB_ARGV, &mut argc as *mut c_int, &mut argv)
-        };
+        let rc = unsafe { sys::spank_get_item(self.sp, sys::S_JOB_ARGV, &mut argc as *mut c_int, &mut argv) };
         check("S_JOB_ARGV", rc)?;
         if argv.is_null() || argc < 1 {
             return Err(SpankError("S_JOB_ARGV (empty)", sys::ESPANK_ERROR));

@@ -13,10 +13,7 @@ pub fn check_image_value(value: &str) -> Result<(), String> {
             .into());
     }
     if value.len() > MAX_IMAGE_PATH {
-        return Err(format!(
-            "syndeo: --syndeo IMAGE is {} bytes long; the limit is {MAX_IMAGE_PATH}",
-            value.len()
-        ));
+        return Err(format!("syndeo: --syndeo IMAGE is {} bytes long; the limit is {MAX_IMAGE_PATH}", value.len()));
     }
     if value.chars().any(char::is_control) {
         return Err(format!(

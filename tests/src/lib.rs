@@ -104,7 +104,9 @@ impl Job {
             let done = !matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "");
             if done {
                 // Epilogs run while the job is COMPLETING; wait for them on every node.
-                if nodes().iter().all(|n| !node_path_exists(n, &format!("/run/syndeo/.agents/{}", self.id))) || start.elapsed() > limit {
+                if nodes().iter().all(|n| !node_path_exists(n, &format!("/run/syndeo/.agents/{}", self.id)))
+                    || start.elapsed() > limit
+                {
                     return state;
                 }
             }

@@ -8,7 +8,8 @@ use syndeo_tests::*;
 fn help_lists_syndeo(cmd: &str) {
     let o = run(&[cmd, "--help"]);
     let t = text(&o);
-    let line = t.lines().find(|l| l.contains("--syndeo")).unwrap_or_else(|| panic!("{cmd} --help has no --syndeo:\n{t}"));
+    let line =
+        t.lines().find(|l| l.contains("--syndeo")).unwrap_or_else(|| panic!("{cmd} --help has no --syndeo:\n{t}"));
     assert!(line.contains("IMAGE"), "usage line should name IMAGE: {line}");
 }
 
@@ -62,7 +63,8 @@ fn prolog_and_epilog_hooks_run_on_all_three_nodes_of_a_syndeo_job() {
 #[ignore = "needs the minicluster (tests/run)"]
 fn job_without_syndeo_triggers_nothing() {
     let dir = workdir(USER_A, "plain");
-    let job = sbatch(USER_A, &dir, &["-N3"], "#!/bin/sh\nsrun -N3 hostname\nenv | grep -c '^SYNDEO_\\|^RAY_' || true\n");
+    let job =
+        sbatch(USER_A, &dir, &["-N3"], "#!/bin/sh\nsrun -N3 hostname\nenv | grep -c '^SYNDEO_\\|^RAY_' || true\n");
     assert_eq!(job.wait(Duration::from_secs(60)), "COMPLETED", "{}", job.output());
     assert_eq!(job.stdout().lines().last(), Some("0"), "syndeo variables leaked into a plain job: {}", job.output());
     for n in nodes() {
@@ -78,14 +80,25 @@ fn installed_plugin_exports_only_the_symbols_slurm_looks_up() {
     let so = "/usr/lib/x86_64-linux-gnu/slurm-wlm/syndeo.so";
     let o = run(&["nm", "-D", "--defined-only", so]);
     assert!(o.status.success(), "nm {so}: {}", text(&o));
-    let symbols: Vec<String> =
-        String::from_utf8_lossy(&o.stdout).lines().filter_map(|l| l.split_whitespace().last().map(str::to_string)).collect();
-    for required in ["plugin_name", "plugin_type", "plugin_version", "slurm_spank_init", "slurm_spank_job_prolog", "slurm_spank_job_epilog"] {
+    let symbols: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect();
+    for required in [
+        "plugin_name",
+        "plugin_type",
+        "plugin_version",
+        "slurm_spank_init",
+        "slurm_spank_job_prolog",
+        "slurm_spank_job_epilog",
+    ] {
         assert!(symbols.iter().any(|s| s == required), "{required} is not exported: {symbols:?}");
     }
     let extra: Vec<&String> = symbols
         .iter()
-        .filter(|s| !matches!(s.as_str(), "plugin_name" | "plugin_type" | "plugin_version") && !s.starts_with("slurm_spank_"))
+        .filter(|s| {
+            !matches!(s.as_str(), "plugin_name" | "plugin_type" | "plugin_version") && !s.starts_with("slurm_spank_")
+        })
         .collect();
     assert!(extra.is_empty(), "exported beyond the plugin's symbols: {extra:?}");
 }

@@ -63,8 +63,14 @@ fn deb_and_rpm_are_built_for_this_slurm_and_the_installed_deb_runs_the_job() {
     let requires = text(&run(&["rpm", "-qp", "--requires", &rpm]));
     assert!(requires.contains("slurm >= 22.05") && requires.contains("slurm < 22.06"), "{requires}");
     let files = text(&run(&["rpm", "-qlp", &rpm]));
-    for f in ["/usr/lib64/slurm/syndeo.so", "/usr/libexec/syndeo/syndeo-agent", "/etc/slurm/plugstack.conf.d/syndeo.conf",
-              "/etc/syndeo/syndeo.toml", "/usr/share/man/man1/syndeo.1.gz", "/usr/share/man/man8/syndeo-agent.8.gz"] {
+    for f in [
+        "/usr/lib64/slurm/syndeo.so",
+        "/usr/libexec/syndeo/syndeo-agent",
+        "/etc/slurm/plugstack.conf.d/syndeo.conf",
+        "/etc/syndeo/syndeo.toml",
+        "/usr/share/man/man1/syndeo.1.gz",
+        "/usr/share/man/man8/syndeo-agent.8.gz",
+    ] {
         assert!(files.contains(f), "RPM lacks {f}: {files}");
     }
     let conf = text(&run(&["rpm", "-qcp", &rpm]));
@@ -75,20 +81,30 @@ fn deb_and_rpm_are_built_for_this_slurm_and_the_installed_deb_runs_the_job() {
     // Install the deb over the dev install with the package's own config files,
     // then do what an admin here must: pick bubblewrap (no Apptainer on this machine).
     let _installed = Installed::deb(&deb);
-    for f in ["/usr/lib/x86_64-linux-gnu/slurm-wlm/syndeo.so", "/etc/slurm/plugstack.conf.d/syndeo.conf", "/etc/syndeo/syndeo.toml"] {
+    for f in [
+        "/usr/lib/x86_64-linux-gnu/slurm-wlm/syndeo.so",
+        "/etc/slurm/plugstack.conf.d/syndeo.conf",
+        "/etc/syndeo/syndeo.toml",
+    ] {
         let owner = text(&run(&["dpkg", "-S", f]));
         assert!(owner.starts_with("syndeo:"), "{owner}");
     }
     let packaged = std::fs::read_to_string("/etc/syndeo/syndeo.toml").unwrap();
     assert!(packaged.contains("runtime = \"apptainer\""), "Apptainer is the packaged default");
-    std::fs::write("/etc/syndeo/syndeo.toml", packaged.replace("runtime = \"apptainer\"", "runtime = \"bubblewrap\"")).unwrap();
+    std::fs::write("/etc/syndeo/syndeo.toml", packaged.replace("runtime = \"apptainer\"", "runtime = \"bubblewrap\""))
+        .unwrap();
     let o = run(&[minicluster().to_str().unwrap(), "restart"]);
     assert!(o.status.success(), "{}", text(&o));
 
     let image = image();
     let dir = workdir(USER_A, "packaged");
     write_file(USER_A, &dir.join("driver.py"), DRIVER);
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/bash\nsrun --syndeo -N1 -n1 python3 driver.py\n");
+    let job = sbatch(
+        USER_A,
+        &dir,
+        &["-N3", &format!("--syndeo={image}")],
+        "#!/bin/bash\nsrun --syndeo -N1 -n1 python3 driver.py\n",
+    );
     let state = job.wait(Duration::from_secs(300));
 
     assert_eq!(state, "COMPLETED", "{}", job.output());

@@ -49,7 +49,10 @@ fn epilog_cleans_up_after_an_agent_killed_with_sigkill_and_one_frozen() {
     assert!(std::fs::metadata(format!("/proc/{frozen}")).is_err(), "the frozen agent survived the epilog");
     assert_clean(&job, USER_A);
     for n in ["node2", "node3"] {
-        assert!(slurmd_log(n).contains(&format!("syndeo: epilog for job {}: node clean in", job.id)), "no clean epilog on {n}");
+        assert!(
+            slurmd_log(n).contains(&format!("syndeo: epilog for job {}: node clean in", job.id)),
+            "no clean epilog on {n}"
+        );
     }
 }
 
@@ -419,7 +422,8 @@ fn an_unwritable_runtime_base_drains_only_that_node_with_a_reason_that_names_it(
     }
     assert!(drained_nodes().is_empty(), "{:?}", drained_nodes());
     // The node serves syndeo jobs again once its base is fixed and it is resumed.
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN $SYNDEO_NODES\n");
+    let job =
+        sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN $SYNDEO_NODES\n");
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("SCRIPT RAN node1,node2,node3"), "{}", job.output());
     let left = leftovers(job.id, USER_A);

@@ -163,7 +163,12 @@ fn a_users_link_squatting_the_temp_base_is_moved_aside_not_followed() {
     assert!(o.status.success(), "{}", text(&o));
 
     let dir = workdir(USER_A, "squat");
-    let job = sbatch(USER_A, &dir, &["-N1", "-w", node, &format!("--syndeo={image}")], "#!/bin/sh\necho CLUSTER=$RAY_ADDRESS\n");
+    let job = sbatch(
+        USER_A,
+        &dir,
+        &["-N1", "-w", node, &format!("--syndeo={image}")],
+        "#!/bin/sh\necho CLUSTER=$RAY_ADDRESS\n",
+    );
     let state = job.wait(Duration::from_secs(180));
     assert_eq!(state, "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("CLUSTER=10.213.7."), "{}", job.output());
@@ -222,7 +227,8 @@ fn mesh_address(job: u32, node: &str) -> String {
     let pid = agent_pid(job, node).expect("the agent");
     let o = in_node(node, &["ss", "-ltnpH"]);
     let line = text(&o).lines().find(|l| l.contains(&format!("pid={pid},"))).map(str::to_string);
-    line.and_then(|l| l.split_whitespace().nth(3).map(str::to_string)).unwrap_or_else(|| panic!("no mesh port: {}", text(&o)))
+    line.and_then(|l| l.split_whitespace().nth(3).map(str::to_string))
+        .unwrap_or_else(|| panic!("no mesh port: {}", text(&o)))
 }
 
 /// As user B, an HTTP GET of a dashboard's job list with a bearer token or
@@ -263,7 +269,8 @@ fn client_server_address(job: u32) -> String {
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
-fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neither_reaches_the_others_cluster_or_agent() {
+fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neither_reaches_the_others_cluster_or_agent(
+) {
     let image = image_with_ray_default();
     let _dashboard = ConfigOverride::set("dashboard", "true");
     let (dir_a, dir_b) = (workdir(USER_A, "dashboard-a"), workdir(USER_B, "dashboard-b"));
@@ -274,9 +281,15 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
     let url_b = b.wait_line("DASHBOARD=", Duration::from_secs(300));
     let token_a = a.wait_line("TOKEN=", Duration::from_secs(10));
     let token_b = b.wait_line("TOKEN=", Duration::from_secs(10));
-    assert!(url_a.starts_with("http://10.213.7.") && url_b.starts_with("http://10.213.7.") && url_a != url_b, "{url_a} {url_b}");
+    assert!(
+        url_a.starts_with("http://10.213.7.") && url_b.starts_with("http://10.213.7.") && url_a != url_b,
+        "{url_a} {url_b}"
+    );
     let (client_a, client_b) = (client_server_address(a.id), client_server_address(b.id));
-    assert!(client_a != client_b && !client_a.ends_with(":10001") && !client_b.ends_with(":10001"), "{client_a} {client_b}");
+    assert!(
+        client_a != client_b && !client_a.ends_with(":10001") && !client_b.ends_with(":10001"),
+        "{client_a} {client_b}"
+    );
 
     // A's dashboard: B, with its own token or none, is refused; A's token is served.
     // (Ray answers 401 to a request without a token, 403 to a wrong one.)
@@ -289,7 +302,20 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
     write_file(USER_A, &dir_a.join("client.py"), CLIENT);
     let step = |user: &str, dir: &Path, job: u32| {
         let id = job.to_string();
-        let argv = ["srun", "--jobid", &id, "--overlap", "--syndeo", "-N1", "-n1", "-w", "node2", "python3", "client.py", &client_a];
+        let argv = [
+            "srun",
+            "--jobid",
+            &id,
+            "--overlap",
+            "--syndeo",
+            "-N1",
+            "-n1",
+            "-w",
+            "node2",
+            "python3",
+            "client.py",
+            &client_a,
+        ];
         text(&as_user(user, dir, &argv))
     };
     let by_b = step(USER_B, &dir_b, b.id);
@@ -305,8 +331,22 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
     let (mesh_a, id_a, id_b) = (mesh_address(a.id, "node1"), a.id.to_string(), b.id.to_string());
     // B's own job secret (B can read it on the host; the image has no job dir).
     let secret_b = text(&in_node("node2", &["cat", &format!("/run/syndeo/{}/secret", b.id)])).trim().to_string();
-    let argv =
-        ["srun", "--jobid", &id_b, "--overlap", "--syndeo", "-N1", "-n1", "-w", "node2", "python3", "mesh.py", &mesh_a, &id_a, &secret_b];
+    let argv = [
+        "srun",
+        "--jobid",
+        &id_b,
+        "--overlap",
+        "--syndeo",
+        "-N1",
+        "-n1",
+        "-w",
+        "node2",
+        "python3",
+        "mesh.py",
+        &mesh_a,
+        &id_a,
+        &secret_b,
+    ];
     let mesh_by_b = text(&as_user(USER_B, &dir_b, &argv));
     assert!(mesh_by_b.contains("MESH NO_TOKEN UNAUTHENTICATED"), "{mesh_by_b}");
     assert!(mesh_by_b.contains("MESH B_TOKEN UNAUTHENTICATED"), "{mesh_by_b}");
@@ -335,7 +375,10 @@ fn an_image_outside_the_sites_allowed_dirs_fails_the_job_naming_them_and_drains_
     };
     let out = job.output();
     assert!(!out.contains("SCRIPT RAN"), "{out}");
-    assert!(out.contains("is outside the directories this site allows for images") && out.contains("/srv/syndeo-images"), "{out}");
+    assert!(
+        out.contains("is outside the directories this site allows for images") && out.contains("/srv/syndeo-images"),
+        "{out}"
+    );
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
     let left = leftovers(job.id, USER_A);
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);

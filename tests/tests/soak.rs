@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use syndeo_tests::*;
 
-const SCRIPT: &str = "#!/bin/bash\nsrun -N3 --ntasks-per-node=1 sh -c 'test -n \"$RAY_ADDRESS\" && echo OK' | grep -c OK\n";
+const SCRIPT: &str =
+    "#!/bin/bash\nsrun -N3 --ntasks-per-node=1 sh -c 'test -n \"$RAY_ADDRESS\" && echo OK' | grep -c OK\n";
 
 /// (user processes, files of the user under /tmp /dev/shm /run/syndeo, listening TCP sockets) per node.
 fn counts() -> Vec<(String, usize, usize, usize)> {
@@ -15,7 +16,8 @@ fn counts() -> Vec<(String, usize, usize, usize)> {
         .into_iter()
         .map(|n| {
             let procs = user_processes(&n, USER_A).len();
-            let files = text(&in_node(&n, &["find", "/tmp", "/dev/shm", "/run/syndeo", "-user", USER_A])).lines().count();
+            let files =
+                text(&in_node(&n, &["find", "/tmp", "/dev/shm", "/run/syndeo", "-user", USER_A])).lines().count();
             let ports = text(&in_node(&n, &["ss", "-Hltn"])).lines().count();
             (n, procs, files, ports)
         })

@@ -44,16 +44,11 @@ pub async fn elect(
     // A node passed over itself looks for the new head among all the others.
     let out = passed.contains(&spec.node);
     let ranks = if out { 0..spec.nodes.len() } else { 0..spec.index };
-    let candidates: Vec<usize> = ranks
-        .filter(|&i| i != spec.index && !passed.contains(&spec.nodes[i]))
-        .collect();
+    let candidates: Vec<usize> = ranks.filter(|&i| i != spec.index && !passed.contains(&spec.nodes[i])).collect();
     let mut k = 0usize;
     loop {
         if Instant::now() > give_up {
-            bail!(
-                "no head was found within the start-up timeout ({} s)",
-                spec.config.startup_timeout
-            );
+            bail!("no head was found within the start-up timeout ({} s)", spec.config.startup_timeout);
         }
         if k >= candidates.len() {
             if !out {
@@ -182,27 +177,17 @@ mod tests {
                 if i < 2 {
                     passed.insert("127.0.0.5".to_string());
                 }
-                let (role, _) = elect(&a, started, started + Duration::from_secs(60), &mut passed)
-                    .await
-                    .unwrap();
+                let (role, _) = elect(&a, started, started + Duration::from_secs(60), &mut passed).await.unwrap();
                 a.role.send_replace(role.clone());
                 (role, passed)
             })
         });
         let all = tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(elections));
-        let results: Vec<(Role, BTreeSet<String>)> = all
-            .await
-            .expect("no agreement within 20 s")
-            .into_iter()
-            .map(|r| r.unwrap())
-            .collect();
+        let results: Vec<(Role, BTreeSet<String>)> =
+            all.await.expect("no agreement within 20 s").into_iter().map(|r| r.unwrap()).collect();
         let roles: Vec<&Role> = results.iter().map(|(r, _)| r).collect();
         let next = Role::Follower("127.0.0.6".into());
         assert_eq!(roles, [&next, &Role::Head, &next]);
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "waited for a window: {:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() < Duration::from_secs(10), "waited for a window: {:?}", started.elapsed());
     }
 }

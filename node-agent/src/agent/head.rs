@@ -84,11 +84,7 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
         return fail(shared, m);
     }
     if let Err(f) = head_started(shared, ip, head_ports.gcs, &mut events, t0).await {
-        return if f.loaded {
-            step_down(shared, f.message)
-        } else {
-            fail(shared, f.message)
-        };
+        return if f.loaded { step_down(shared, f.message) } else { fail(shared, f.message) };
     }
     info!("Ray head started in {:?}", t0.elapsed());
     publish(shared, |v| {
@@ -99,10 +95,8 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
     });
     recompute_view(shared).await;
 
-    let deadline = tokio::spawn(fail_at_deadline(
-        shared.clone(),
-        t0 + Duration::from_secs(spec.config.startup_timeout),
-    ));
+    let deadline =
+        tokio::spawn(fail_at_deadline(shared.clone(), t0 + Duration::from_secs(spec.config.startup_timeout)));
     let end = watch_own_ray(shared, events).await;
     deadline.abort();
     end
@@ -197,11 +191,7 @@ fn step_down(shared: &Shared, why: String) -> End {
         v.gcs_address.clear();
         v.message = why.clone();
     });
-    End::Reelect {
-        head: shared.spec.node.clone(),
-        lost: false,
-        why,
-    }
+    End::Reelect { head: shared.spec.node.clone(), lost: false, why }
 }
 
 /// The cluster must be ready by the start-up deadline.
@@ -213,9 +203,10 @@ async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
         return;
     }
     let spec = &shared.spec;
-    let (joined, missing): (Vec<&String>, Vec<&String>) = spec.nodes.iter().partition(|n| {
-        (**n == spec.node && phase == Phase::HeadReady) || matches!(reports.get(*n), Some(Ok(())))
-    });
+    let (joined, missing): (Vec<&String>, Vec<&String>) = spec
+        .nodes
+        .iter()
+        .partition(|n| (**n == spec.node && phase == Phase::HeadReady) || matches!(reports.get(*n), Some(Ok(()))));
     let msg = format!(
         "only {} of the {} required nodes joined within the start-up timeout ({} s); missing: {:?}",
         joined.len(),

@@ -51,9 +51,7 @@ pub type Dropped = BTreeMap<String, (bool, String)>;
 async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
     let spec = &shared.spec;
     let node = spec.node.clone();
-    let ip = resolve(&node)
-        .await
-        .map_err(|e| format!("node fault: cannot resolve this node's name {node}: {e}"))?;
+    let ip = resolve(&node).await.map_err(|e| format!("node fault: cannot resolve this node's name {node}: {e}"))?;
     let (mut round, mut passed, mut dropped) = (t0, BTreeSet::new(), Dropped::new());
     if shared.restart.is_some() {
         // This agent's earlier run (head or worker) ended with its process,
@@ -70,15 +68,10 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
     let mut prepared = prepare(shared, ip).await;
     let give_up = t0 + Duration::from_secs(spec.config.startup_timeout);
     loop {
-        let (role, head_client) = elect(shared, round, give_up, &mut passed)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (role, head_client) = elect(shared, round, give_up, &mut passed).await.map_err(|e| e.to_string())?;
         if role == Role::Head {
             // Watchers of the new head must not see a view mirrored from an old one.
-            shared.view.send_replace(ClusterView {
-                head_node: node.clone(),
-                ..Default::default()
-            });
+            shared.view.send_replace(ClusterView { head_node: node.clone(), ..Default::default() });
         }
         shared.role.send_replace(role.clone());
         let end = match role {
@@ -104,13 +97,9 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
             });
             return Err(msg);
         }
-        shared
-            .role
-            .send_replace(if head == node { Role::Out } else { Role::Undecided });
+        shared.role.send_replace(if head == node { Role::Out } else { Role::Undecided });
         shared.set_joined(false);
-        shared.set_local(Local::Starting(format!(
-            "the head {head} dropped out; electing another"
-        )));
+        shared.set_local(Local::Starting(format!("the head {head} dropped out; electing another")));
         // A fresh container: this node's Ray may have joined the old head's.
         stop_ray(shared, Duration::from_secs(2)).await;
         prepared = prepare(shared, ip).await;
@@ -138,18 +127,10 @@ async fn prepare(shared: &Arc<Shared>, ip: IpAddr) -> Prepared {
             spec.node
         ));
     }
-    if let Some(bad) = spec
-        .config
-        .extra_binds
-        .iter()
-        .filter_map(|b| crate::runtime::Bind::parse(b).ok())
-        .find(|b| !b.src.exists())
+    if let Some(bad) =
+        spec.config.extra_binds.iter().filter_map(|b| crate::runtime::Bind::parse(b).ok()).find(|b| !b.src.exists())
     {
-        return Err(format!(
-            "node fault: extra bind {} does not exist on {}",
-            bad.src.display(),
-            spec.node
-        ));
+        return Err(format!("node fault: extra bind {} does not exist on {}", bad.src.display(), spec.node));
     }
     let (proc_, events, ports) = spawn_container(shared, ip)?;
     shared.ray.lock().await.replace(proc_);
@@ -162,9 +143,7 @@ pub fn spawn_container(shared: &Shared, ip: IpAddr) -> Result<(RayProcess, mpsc:
     let image = spec.image_path()?;
     let ports = NodePorts::pick(ip).map_err(|e| format!("no free port on {ip}: {e}"))?;
     let cs = ray::ray_container(spec, &image, &ports);
-    let argv = shared
-        .runtime
-        .command(&cs, &["python3".into(), "-c".into(), ray::LAUNCHER.into()])?;
+    let argv = shared.runtime.command(&cs, &["python3".into(), "-c".into(), ray::LAUNCHER.into()])?;
     let (proc_, events) = RayProcess::spawn(&argv, &spec.job_dir).map_err(|e| format!("node fault: {e:#}"))?;
     Ok((proc_, events, ports))
 }
@@ -178,10 +157,7 @@ pub fn job_notice(shared: &Shared, line: &str) {
         return;
     }
     use std::io::Write;
-    let written = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .and_then(|mut f| writeln!(f, "{line}"));
+    let written = std::fs::OpenOptions::new().append(true).open(&path).and_then(|mut f| writeln!(f, "{line}"));
     if let Err(e) = written {
         warn!("cannot add to the job's stderr {path}: {e}");
     }
@@ -254,7 +230,9 @@ pub fn sync_local(shared: &Shared) {
             Phase::Ready if shared.has_joined() || v.ready_nodes.contains(node) => Local::Ready,
             Phase::Ready => Local::Starting(format!("the cluster is ready; {node}'s Ray has not joined it yet")),
             // The head counts the nodes that join (`recompute_view`); workers hear of them once ready.
-            Phase::HeadReady if v.head_node == *node => Local::Starting("the head is up; waiting for the workers".into()),
+            Phase::HeadReady if v.head_node == *node => {
+                Local::Starting("the head is up; waiting for the workers".into())
+            }
             Phase::HeadReady => Local::Starting("the head is up; this node's Ray is joining it".into()),
             Phase::Starting => Local::Starting("the head is starting Ray".into()),
             Phase::Reelect => Local::Starting(format!("electing another head: {}", v.message)),
@@ -273,31 +251,19 @@ pub async fn start_ray(shared: &Shared, args: &[String]) -> Result<(), String> {
     if token.is_empty() {
         return Err("node fault: the head sent no Ray auth token".into());
     }
-    write_private(&shared.spec.job_dir.join(crate::job::RAY_TOKEN_FILE), &token).map_err(|e| {
-        format!(
-            "node fault: writing the Ray token in {}: {e}",
-            shared.spec.job_dir.display()
-        )
-    })?;
+    write_private(&shared.spec.job_dir.join(crate::job::RAY_TOKEN_FILE), &token)
+        .map_err(|e| format!("node fault: writing the Ray token in {}: {e}", shared.spec.job_dir.display()))?;
     let mut guard = shared.ray.lock().await;
     let p = guard.as_mut().ok_or("the Ray container is gone")?;
-    p.start(args, &token).await.map_err(|e| {
-        format!(
-            "the Ray container on {} did not take its arguments: {e}",
-            shared.spec.node
-        )
-    })
+    p.start(args, &token)
+        .await
+        .map_err(|e| format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node))
 }
 
 fn write_private(path: &std::path::Path, content: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
     f.write_all(content.as_bytes())
 }
 

@@ -70,7 +70,12 @@ async fn one(n: usize) -> Result<(f64, u64)> {
                 let decided = ag.iter().filter(|a| *a.role.borrow() != super::state::Role::Undecided).count();
                 let joined = ag.iter().filter(|a| a.has_joined()).count();
                 let ready = ag.iter().filter(|a| *a.local.borrow() == Local::Ready).count();
-                eprintln!("{:.2}s decided {decided} joined {joined} ready {ready} calls {} views {}", t0.elapsed().as_secs_f64(), CALLS_SERVED.load(Ordering::Relaxed), VIEWS_SENT.load(Ordering::Relaxed));
+                eprintln!(
+                    "{:.2}s decided {decided} joined {joined} ready {ready} calls {} views {}",
+                    t0.elapsed().as_secs_f64(),
+                    CALLS_SERVED.load(Ordering::Relaxed),
+                    VIEWS_SENT.load(Ordering::Relaxed)
+                );
             }
         });
     }

@@ -29,8 +29,8 @@ use state::Shared;
 /// `restart`: this is the Nth start after the agent ended unexpectedly, and how.
 pub fn run(job_dir: &Path, restart: Option<(u32, String)>) -> Result<()> {
     crate::supervisor::unblock_for_agent();
-    let spec: JobSpec = serde_json::from_str(&std::fs::read_to_string(job_dir.join(SPEC_FILE))?)
-        .context("reading the job spec")?;
+    let spec: JobSpec =
+        serde_json::from_str(&std::fs::read_to_string(job_dir.join(SPEC_FILE))?).context("reading the job spec")?;
     let job_secret = std::fs::read_to_string(job_dir.join(SECRET_FILE))?;
     let log = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join(LOG_FILE))?;
     tracing_subscriber::fmt()

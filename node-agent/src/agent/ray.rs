@@ -44,14 +44,22 @@ impl NodePorts {
 
 fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts, memory_mb: Option<u64>) -> Vec<String> {
     let mut a: Vec<String> = [
-        "--node-ip-address", &ip.to_string(),
-        "--dashboard-agent-listen-port", &ports.dashboard_agent.to_string(),
-        "--metrics-export-port", &ports.metrics_export.to_string(),
-        "--min-worker-port", "0",
-        "--max-worker-port", "0",
-        "--num-cpus", &spec.cpus.to_string(),
-        "--num-gpus", &spec.gpus.len().to_string(),
-        "--temp-dir", &spec.ray_temp_dir().to_string_lossy(),
+        "--node-ip-address",
+        &ip.to_string(),
+        "--dashboard-agent-listen-port",
+        &ports.dashboard_agent.to_string(),
+        "--metrics-export-port",
+        &ports.metrics_export.to_string(),
+        "--min-worker-port",
+        "0",
+        "--max-worker-port",
+        "0",
+        "--num-cpus",
+        &spec.cpus.to_string(),
+        "--num-gpus",
+        &spec.gpus.len().to_string(),
+        "--temp-dir",
+        &spec.ray_temp_dir().to_string_lossy(),
         "--disable-usage-stats",
     ]
     .iter()
@@ -79,7 +87,13 @@ impl HeadPorts {
     }
 }
 
-pub fn head_args(spec: &JobSpec, ip: IpAddr, head: &HeadPorts, ports: &NodePorts, memory_mb: Option<u64>) -> Vec<String> {
+pub fn head_args(
+    spec: &JobSpec,
+    ip: IpAddr,
+    head: &HeadPorts,
+    ports: &NodePorts,
+    memory_mb: Option<u64>,
+) -> Vec<String> {
     let mut a: Vec<String> = vec!["--head".into(), "--port".into(), head.gcs.to_string()];
     a.extend(["--dashboard-port".into(), head.dashboard.to_string()]);
     a.extend(["--ray-client-server-port".into(), head.client.to_string()]);
@@ -92,7 +106,13 @@ pub fn head_args(spec: &JobSpec, ip: IpAddr, head: &HeadPorts, ports: &NodePorts
     a
 }
 
-pub fn worker_args(spec: &JobSpec, ip: IpAddr, gcs_address: &str, ports: &NodePorts, memory_mb: Option<u64>) -> Vec<String> {
+pub fn worker_args(
+    spec: &JobSpec,
+    ip: IpAddr,
+    gcs_address: &str,
+    ports: &NodePorts,
+    memory_mb: Option<u64>,
+) -> Vec<String> {
     let mut a: Vec<String> = vec!["--address".into(), gcs_address.into()];
     a.extend(common_args(spec, ip, ports, memory_mb));
     a
@@ -123,10 +143,7 @@ pub async fn slurm_job(job_id: u32) -> SlurmJob {
 
 /// Binds shared by Ray's container and `srun --syndeo` containers.
 pub fn job_binds(spec: &JobSpec, cwd: &Path) -> Vec<Bind> {
-    let mut b = vec![
-        Bind::rw(&spec.temp_dir),
-        Bind { src: spec.shm_dir.clone(), dst: "/dev/shm".into(), ro: false },
-    ];
+    let mut b = vec![Bind::rw(&spec.temp_dir), Bind { src: spec.shm_dir.clone(), dst: "/dev/shm".into(), ro: false }];
     for w in [&spec.workdir, &cwd.to_path_buf()] {
         if w.as_os_str() != "/" && !b.iter().any(|x| x.dst == *w) {
             b.push(Bind::rw(w));

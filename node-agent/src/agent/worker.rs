@@ -30,15 +30,7 @@ pub async fn run(
 ) -> End {
     let spec = &shared.spec;
     let report = |ok: bool, message: String| {
-        authed(
-            shared,
-            NodeReport {
-                job_id: spec.job_id,
-                node: spec.node.clone(),
-                ok,
-                message,
-            },
-        )
+        authed(shared, NodeReport { job_id: spec.job_id, node: spec.node.clone(), ok, message })
     };
     let (mut events, mut ports) = match prepared {
         Ok(p) => p,
@@ -47,22 +39,12 @@ pub async fn run(
             return End::Failed(m);
         }
     };
-    let req = authed(
-        shared,
-        WatchRequest {
-            job_id: spec.job_id,
-            node: spec.node.clone(),
-        },
-    );
+    let req = authed(shared, WatchRequest { job_id: spec.job_id, node: spec.node.clone() });
     let mut stream = match head.watch(req).await {
         Ok(s) => s.into_inner(),
         // It was head when we asked, and no longer is: elect again.
         Err(e) if e.code() == tonic::Code::FailedPrecondition => {
-            return End::Reelect {
-                head: head_node,
-                lost: false,
-                why: "it stepped down".into(),
-            }
+            return End::Reelect { head: head_node, lost: false, why: "it stepped down".into() }
         }
         Err(e) => return End::Failed(format!("cannot watch the head node {head_node}: {}", e.message())),
     };
@@ -159,16 +141,8 @@ pub async fn run(
 fn follow(shared: &Shared, head_node: &str, v: ClusterView) -> Option<End> {
     let (phase, from) = (v.phase(), v.head_node.clone());
     if phase == Phase::Reelect || (!from.is_empty() && from != head_node) {
-        let why = if v.message.is_empty() {
-            "it stepped down".to_string()
-        } else {
-            v.message.clone()
-        };
-        return Some(End::Reelect {
-            head: head_node.to_string(),
-            lost: false,
-            why,
-        });
+        let why = if v.message.is_empty() { "it stepped down".to_string() } else { v.message.clone() };
+        return Some(End::Reelect { head: head_node.to_string(), lost: false, why });
     }
     shared.view.send_replace(v);
     sync_local(shared);
@@ -181,11 +155,7 @@ fn lost_head(shared: &Shared, head_node: &str, why: &str) -> End {
     if shared.view.borrow().phase() == Phase::Ready {
         return End::Failed(format!("lost contact with the head node {head_node}'s agent"));
     }
-    End::Reelect {
-        head: head_node.to_string(),
-        lost: true,
-        why: why.to_string(),
-    }
+    End::Reelect { head: head_node.to_string(), lost: true, why: why.to_string() }
 }
 
 /// `ray start --address` for this worker, to the head's GCS and with this

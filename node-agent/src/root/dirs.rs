@@ -15,10 +15,7 @@ use nix::unistd::{fchownat, Gid, Uid};
 
 /// Opens `path` as a directory without following a final symlink.
 pub fn open_dir_nofollow(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW).bits())
-        .open(path)
+    std::fs::OpenOptions::new().read(true).custom_flags((OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW).bits()).open(path)
 }
 
 /// Ensures `base` is a root-owned directory not writable by group or others,
@@ -81,7 +78,8 @@ pub fn make_job_dir(parent: &File, parent_path: &Path, name: &str, uid: u32, gid
     if std::fs::symlink_metadata(&path).is_ok() {
         remove_entry(&path)?;
     }
-    mkdirat(Some(parent.as_raw_fd()), name, Mode::from_bits_truncate(0o700)).with_context(|| format!("mkdir {}", path.display()))?;
+    mkdirat(Some(parent.as_raw_fd()), name, Mode::from_bits_truncate(0o700))
+        .with_context(|| format!("mkdir {}", path.display()))?;
     chown_in(parent, name, uid, gid).with_context(|| format!("chown {}", path.display()))
 }
 

@@ -57,8 +57,10 @@ mod tests {
 
     #[test]
     fn the_reason_is_one_short_line_that_says_it_is_syndeos() {
-        assert_eq!(reason("node fault:\n  creating /run/syndeo/7: Read-only file system"),
-            "syndeo: node fault: creating /run/syndeo/7: Read-only file system");
+        assert_eq!(
+            reason("node fault:\n  creating /run/syndeo/7: Read-only file system"),
+            "syndeo: node fault: creating /run/syndeo/7: Read-only file system"
+        );
         let long = reason(&"x".repeat(500));
         assert!(long.starts_with("syndeo: xxx") && long.ends_with("...") && long.chars().count() == REASON_MAX + 3);
     }

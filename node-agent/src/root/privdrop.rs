@@ -16,7 +16,8 @@ pub struct Identity {
 impl Identity {
     /// The job user's identity from the user database.
     pub fn lookup(uid: u32, gid: u32) -> Result<Identity> {
-        let user = User::from_uid(Uid::from_raw(uid))?.with_context(|| format!("uid {uid} has no passwd entry on this node"))?;
+        let user = User::from_uid(Uid::from_raw(uid))?
+            .with_context(|| format!("uid {uid} has no passwd entry on this node"))?;
         let cname = std::ffi::CString::new(user.name.clone())?;
         let groups = getgrouplist(&cname, Gid::from_raw(gid)).context("getgrouplist")?;
         Ok(Identity { uid, gid, name: user.name, groups })

@@ -48,7 +48,9 @@ pub fn job_processes(uid: u32, marker: (&str, &str), session: Option<i32>) -> Ve
     all_pids()
         .into_iter()
         .filter(|&p| p != me && uid_of(p) == Some(uid))
-        .filter(|&p| session.is_some_and(|s| stat(p).is_some_and(|st| st.session == s)) || has_env(p, marker.0, marker.1))
+        .filter(|&p| {
+            session.is_some_and(|s| stat(p).is_some_and(|st| st.session == s)) || has_env(p, marker.0, marker.1)
+        })
         .collect()
 }
 

@@ -48,7 +48,9 @@ fn set_up(a: &PrologArgs) -> Result<()> {
         Ok(c) => c,
         // A broken site config must not drain every node it reaches: syndeo
         // jobs fail with the reason, other jobs run on.
-        Err(e) => return fail_job(a, &id, &format!("syndeo's site configuration is invalid, ask the admins to fix it: {e}")),
+        Err(e) => {
+            return fail_job(a, &id, &format!("syndeo's site configuration is invalid, ask the admins to fix it: {e}"))
+        }
     };
     let spec = job_spec(a, &id, config)?;
 
@@ -170,8 +172,9 @@ fn ensure_agents_dir(base: &Path) -> Result<PathBuf> {
 
 /// The job directory: the job's description and its mesh secret.
 fn write_job_dir(base: &File, base_path: &Path, spec: &JobSpec) -> Result<()> {
-    let key = std::fs::read_to_string(&spec.config.site_key)
-        .with_context(|| format!("reading the site key {} (run `syndeo-agent keygen`)", spec.config.site_key.display()))?;
+    let key = std::fs::read_to_string(&spec.config.site_key).with_context(|| {
+        format!("reading the site key {} (run `syndeo-agent keygen`)", spec.config.site_key.display())
+    })?;
     let job_secret = secret::job_secret(key.trim().as_bytes(), spec.job_id, spec.uid);
     let files = [(SPEC_FILE, serde_json::to_string_pretty(spec)?), (SECRET_FILE, job_secret)];
     make_filled_job_dir(base, base_path, &spec.job_id.to_string(), &files, spec.uid, spec.gid)

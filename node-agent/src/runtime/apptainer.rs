@@ -74,13 +74,28 @@ mod tests {
             gpus: vec!["0".into()],
             own_pid_namespace: true,
         };
-        let c = Apptainer { binary: "/usr/bin/apptainer".into() }.command(&spec, &["ray".into(), "start".into()]).unwrap();
+        let c =
+            Apptainer { binary: "/usr/bin/apptainer".into() }.command(&spec, &["ray".into(), "start".into()]).unwrap();
         assert_eq!(
             c,
             [
-                "/usr/bin/apptainer", "exec", "--contain", "--cleanenv", "--pid", "--nv",
-                "--bind", "/run/syndeo/9:/run/syndeo/9", "--bind", "/data:/d:ro",
-                "--env", "RAY_AUTH_MODE=token", "--pwd", "/home/u", "/images/ray.sif", "ray", "start"
+                "/usr/bin/apptainer",
+                "exec",
+                "--contain",
+                "--cleanenv",
+                "--pid",
+                "--nv",
+                "--bind",
+                "/run/syndeo/9:/run/syndeo/9",
+                "--bind",
+                "/data:/d:ro",
+                "--env",
+                "RAY_AUTH_MODE=token",
+                "--pwd",
+                "/home/u",
+                "/images/ray.sif",
+                "ray",
+                "start"
             ]
         );
     }
@@ -89,7 +104,11 @@ mod tests {
     fn exec_container_keeps_the_job_environment() {
         let spec = ContainerSpec { image: "/i.sif".into(), workdir: "/w".into(), ..Default::default() };
         let c = Apptainer { binary: "/usr/bin/apptainer".into() }.command(&spec, &[]).unwrap();
-        assert!(!c.contains(&"--cleanenv".to_string()) && !c.contains(&"--pid".to_string()) && !c.contains(&"--nv".to_string()));
+        assert!(
+            !c.contains(&"--cleanenv".to_string())
+                && !c.contains(&"--pid".to_string())
+                && !c.contains(&"--nv".to_string())
+        );
     }
 
     #[test]

@@ -11,7 +11,8 @@ pub struct Bubblewrap {
 }
 
 /// Top-level names that the container gets fresh (or from the host), never from the image.
-const NOT_FROM_IMAGE: &[&str] = &["dev", "proc", "sys", "tmp", "run", "home", "root", "mnt", "media", "srv", "boot", "lost+found"];
+const NOT_FROM_IMAGE: &[&str] =
+    &["dev", "proc", "sys", "tmp", "run", "home", "root", "mnt", "media", "srv", "boot", "lost+found"];
 
 /// Host files bound read-only so the user's name, the node names and DNS resolve inside.
 const HOST_FILES: &[&str] = &["/etc/passwd", "/etc/group", "/etc/hosts", "/etc/resolv.conf"];

@@ -49,10 +49,9 @@ pub fn user_init(sp: &Spank) -> Result<(), ()> {
             return Ok(());
         }
         Ok(WaitReply::Failed { error }) => format!("the Ray cluster of job {job} could not start: {error}"),
-        Ok(WaitReply::Starting { detail }) => format!(
-            "the Ray cluster of job {job} was not ready after {} s ({detail})",
-            cfg.wait_timeout.as_secs()
-        ),
+        Ok(WaitReply::Starting { detail }) => {
+            format!("the Ray cluster of job {job} was not ready after {} s ({detail})", cfg.wait_timeout.as_secs())
+        }
         Err(e) => format!("job {job}: {e}"),
     };
     // Failing this hook would make Slurm drain the node ("batch job complete
@@ -68,9 +67,8 @@ pub fn task_init(sp: &Spank) -> Result<(), ()> {
     }
     if sp.getenv(EXEC_ERROR_ENV).is_some() {
         let cfg = config(sp)?;
-        let original = sp
-            .replace_task_program(&cfg.agent.to_string_lossy())
-            .map_err(|e| log_error(&format!("syndeo: {e}")))?;
+        let original =
+            sp.replace_task_program(&cfg.agent.to_string_lossy()).map_err(|e| log_error(&format!("syndeo: {e}")))?;
         return sp.setenv(EXEC_ARGV0_ENV, &original).map_err(|e| log_error(&format!("syndeo: {e}")));
     }
     if sp.option_value().is_none() {
