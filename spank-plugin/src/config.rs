@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use syndeo_protocol::layout::{JobDir, DEFAULT_AGENT, DEFAULT_CONFIG, DEFAULT_RUNTIME_BASE};
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginConfig {
     /// The `syndeo-agent` binary (root-owned, installed by the package).
@@ -21,9 +23,9 @@ pub struct PluginConfig {
 impl Default for PluginConfig {
     fn default() -> Self {
         PluginConfig {
-            agent: "/usr/libexec/syndeo/syndeo-agent".into(),
-            config: "/etc/syndeo/syndeo.toml".into(),
-            runtime_base: "/run/syndeo".into(),
+            agent: DEFAULT_AGENT.into(),
+            config: DEFAULT_CONFIG.into(),
+            runtime_base: DEFAULT_RUNTIME_BASE.into(),
             wait_timeout: Duration::from_secs(900),
         }
     }
@@ -62,8 +64,8 @@ impl PluginConfig {
     }
 
     /// This job's runtime directory on this node.
-    pub fn job_dir(&self, job_id: u32) -> PathBuf {
-        self.runtime_base.join(job_id.to_string())
+    pub fn job_dir(&self, job_id: u32) -> JobDir {
+        JobDir::new(&self.runtime_base, job_id)
     }
 }
 
@@ -84,7 +86,7 @@ mod tests {
     fn known_arguments_are_applied() {
         let c = PluginConfig::parse(&args(&["agent=/opt/a", "runtime_base=/run/x", "wait_timeout=30"])).unwrap();
         assert_eq!(c.agent, PathBuf::from("/opt/a"));
-        assert_eq!(c.job_dir(7), PathBuf::from("/run/x/7"));
+        assert_eq!(c.job_dir(7).path(), std::path::Path::new("/run/x/7"));
         assert_eq!(c.wait_timeout, Duration::from_secs(30));
     }
 

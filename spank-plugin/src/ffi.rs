@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use slurm_sys as sys;
 
-use crate::hooks;
+use crate::{hooks, HookResult};
 
 // ---- Symbols required by Slurm's plugin loader (src/common/plugin.c) ----
 
@@ -57,11 +57,15 @@ extern "C" fn option_callback(_val: c_int, optarg: *const c_char, remote: c_int)
 
 // ---- Entry points ----
 
-/// Runs `f`, turning a panic or an `Err` into -1 for Slurm.
-fn guard(f: impl FnOnce() -> Result<(), ()>) -> c_int {
+/// Runs `f`, turning a panic or an `Err` into -1 for Slurm; an error's
+/// message goes to the log here, once.
+fn guard(f: impl FnOnce() -> HookResult) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => 0,
-        Ok(Err(())) => -1,
+        Ok(Err(e)) => {
+            log_error(&e.0);
+            -1
+        }
         Err(_) => {
             log_error("syndeo: internal error (panic) in the SPANK plugin; see slurmd's log");
             -1
@@ -69,7 +73,7 @@ fn guard(f: impl FnOnce() -> Result<(), ()>) -> c_int {
     }
 }
 
-fn hook(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char, f: fn(&Spank) -> Result<(), ()>) -> c_int {
+fn hook(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char, f: fn(&Spank) -> HookResult) -> c_int {
     guard(|| {
         let spank = Spank::new(sp, ac, av);
         f(&spank)
@@ -146,6 +150,9 @@ pub const BATCH_STEP: u32 = 0xffff_fffb;
 pub const EXTERN_STEP: u32 = 0xffff_fffc;
 /// The step id of salloc's interactive step.
 pub const INTERACTIVE_STEP: u32 = 0xffff_fffa;
+
+/// The longest environment value `getenv` reads.
+const MAX_ENV_VALUE: usize = 1 << 20;
 
 pub struct Spank {
     sp: sys::spank_t,
@@ -237,17 +244,26 @@ impl Spank {
         self.item_u32(sys::S_JOB_GID, "S_JOB_GID")
     }
 
-    /// A variable of the job's environment (remote context).
-    pub fn getenv(&self, name: &str) -> Option<String> {
+    /// A variable of the job's environment (remote context): `Ok(None)` when
+    /// it is unset; a value longer than the first buffer is read again with
+    /// a larger one (up to 1 MiB).
+    pub fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
         let n = to_cstring(name);
-        let mut buf = vec![0u8; 16384];
-        // SAFETY: buffer and its length are passed together.
-        let rc = unsafe { sys::spank_getenv(self.sp, n.as_ptr(), buf.as_mut_ptr() as *mut c_char, buf.len() as c_int) };
-        if rc != sys::ESPANK_SUCCESS {
-            return None;
+        let mut len = 4096usize;
+        loop {
+            let mut buf = vec![0u8; len];
+            // SAFETY: buffer and its length are passed together.
+            let rc = unsafe { sys::spank_getenv(self.sp, n.as_ptr(), buf.as_mut_ptr() as *mut c_char, len as c_int) };
+            match rc {
+                sys::ESPANK_SUCCESS => {
+                    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+                    return Ok(Some(String::from_utf8_lossy(&buf[..end]).into_owned()));
+                }
+                sys::ESPANK_ENV_NOEXIST => return Ok(None),
+                sys::ESPANK_NOSPACE if len < MAX_ENV_VALUE => len *= 4,
+                _ => return Err(SpankError("spank_getenv", rc)),
+            }
         }
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        Some(String::from_utf8_lossy(&buf[..end]).into_owned())
     }
 
     /// Sets a variable in the job's (or task's) environment.
@@ -285,6 +301,19 @@ impl Spank {
             let old = CStr::from_ptr(*argv).to_string_lossy().into_owned();
             *argv = to_cstring(program).into_raw();
             Ok(old)
+        }
+    }
+}
+
+// ---- OS calls the hooks need beside SPANK ----
+
+/// Makes `fd` non-blocking (the agent's stderr pipe, drained while it runs).
+pub fn set_nonblocking(fd: std::os::fd::RawFd) {
+    // SAFETY: fcntl on a descriptor the caller owns; failure leaves it blocking.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
     }
 }

@@ -10,9 +10,25 @@
 //!   run the task through the container wrapper.
 //!
 //! Everything else, elections, containers and Ray, belongs to the agent.
-//! All `unsafe` code is in [`ffi`].
-pub mod agent_client;
+//! All `unsafe` code is in [`ffi`]; the hooks see a safe [`ffi::Spank`] handle
+//! and return a [`HookError`], which the entry point reports once.
+#![deny(unsafe_code)]
+
+pub mod child;
 pub mod config;
+#[allow(unsafe_code)]
 pub mod ffi;
 pub mod hooks;
-pub mod option;
+
+/// Why a hook failed: one message for the log of whatever runs the plugin
+/// (srun/sbatch's terminal, slurmd's log, or the step's stderr).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookError(pub String);
+
+impl<E: std::fmt::Display> From<E> for HookError {
+    fn from(e: E) -> HookError {
+        HookError(format!("syndeo: {e}"))
+    }
+}
+
+pub type HookResult = Result<(), HookError>;

@@ -6,22 +6,21 @@ pub mod slurmstepd;
 pub mod submit;
 
 use crate::config::PluginConfig;
-use crate::ffi::{log_error, Context, Spank};
+use crate::ffi::{Context, Spank};
+use crate::{HookError, HookResult};
 
 /// `slurm_spank_init`, every context: register `--syndeo` (with
 /// `spank_option_register`, which sbatch and salloc honour, unlike a static
 /// `spank_options` table) and check the plugstack arguments.
-pub fn init(sp: &Spank) -> Result<(), ()> {
+pub fn init(sp: &Spank) -> HookResult {
     config(sp)?;
     match sp.context() {
-        Context::Local | Context::Allocator | Context::Remote | Context::JobScript => {
-            sp.register_option().map_err(|e| log_error(&format!("syndeo: {e}")))
-        }
+        Context::Local | Context::Allocator | Context::Remote | Context::JobScript => Ok(sp.register_option()?),
         _ => Ok(()),
     }
 }
 
-/// The plugstack arguments, or an error in the log naming the bad one.
-pub fn config(sp: &Spank) -> Result<PluginConfig, ()> {
-    PluginConfig::parse(sp.args()).map_err(|e| log_error(&e))
+/// The plugstack arguments, or an error naming the bad one.
+pub fn config(sp: &Spank) -> Result<PluginConfig, HookError> {
+    PluginConfig::parse(sp.args()).map_err(HookError)
 }

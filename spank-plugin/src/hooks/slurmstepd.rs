@@ -4,47 +4,38 @@
 //! `task_init` runs in each task just before exec: for `srun --syndeo CMD` it
 //! routes the task through `syndeo-agent`'s exec wrapper, which runs CMD in
 //! the job's image.
-use crate::agent_client::{wait_ready, WaitReply};
+use syndeo_protocol::client::wait_ready;
+use syndeo_protocol::env;
+use syndeo_protocol::local::WaitReply;
+
 use crate::ffi::{log_error, log_verbose, Context, Spank, BATCH_STEP, EXTERN_STEP, INTERACTIVE_STEP};
 use crate::hooks::config;
+use crate::{HookError, HookResult};
 
-/// Names under which Slurm carries a SPANK option in a job's environment; a
-/// batch script that kept them would pass `--syndeo` to every `srun` in it.
-const OPTION_ENV: &[&str] = &[
-    "SLURM_SPANK__SLURM_SPANK_OPTION_syndeo_syndeo",
-    "SPANK__SLURM_SPANK_OPTION_syndeo_syndeo",
-    "_SLURM_SPANK_OPTION_syndeo_syndeo",
-];
-
-/// Set for the exec wrapper: the program the task was going to run.
-pub const EXEC_ARGV0_ENV: &str = "SYNDEO_EXEC_ARGV0";
-/// Set for the exec wrapper when the cluster failed: print this, exit 1.
-pub const EXEC_ERROR_ENV: &str = "SYNDEO_EXEC_ERROR";
-
-pub fn user_init(sp: &Spank) -> Result<(), ()> {
+pub fn user_init(sp: &Spank) -> HookResult {
     if sp.context() != Context::Remote {
         return Ok(());
     }
     let cfg = config(sp)?;
-    let job = sp.job_id().map_err(|e| log_error(&format!("syndeo: {e}")))?;
+    let job = sp.job_id()?;
     let step = sp.step_id().unwrap_or(0);
     if step == EXTERN_STEP {
         return Ok(());
     }
     let dir = cfg.job_dir(job);
-    if !dir.exists() {
+    if !dir.path().exists() {
         return Ok(()); // no syndeo cluster for this job on this node
     }
     if step == BATCH_STEP {
-        for name in OPTION_ENV {
+        for name in env::OPTION_VARS {
             let _ = sp.unsetenv(name);
         }
     }
     log_verbose(&format!("syndeo: job {job} step {step:#x}: waiting for the Ray cluster"));
-    let failure = match wait_ready(&dir.join("agent.sock"), cfg.wait_timeout) {
+    let failure = match wait_ready(&dir, cfg.wait_timeout) {
         Ok(WaitReply::Ready { env }) => {
             for (k, v) in env {
-                sp.setenv(&k, &v).map_err(|e| log_error(&format!("syndeo: {e}")))?;
+                sp.setenv(&k, &v)?;
             }
             return Ok(());
         }
@@ -58,18 +49,17 @@ pub fn user_init(sp: &Spank) -> Result<(), ()> {
     // failure"): a user's mistake must not. The step's tasks instead run the
     // wrapper, which prints the cause on the job's stderr and exits 1.
     log_error(&format!("syndeo: {failure}"));
-    sp.setenv(EXEC_ERROR_ENV, &failure).map_err(|e| log_error(&format!("syndeo: {e}")))
+    Ok(sp.setenv(env::EXEC_ERROR, &failure)?)
 }
 
-pub fn task_init(sp: &Spank) -> Result<(), ()> {
+pub fn task_init(sp: &Spank) -> HookResult {
     if sp.context() != Context::Remote {
         return Ok(());
     }
-    if sp.getenv(EXEC_ERROR_ENV).is_some() {
+    if sp.getenv(env::EXEC_ERROR)?.is_some() {
         let cfg = config(sp)?;
-        let original =
-            sp.replace_task_program(&cfg.agent.to_string_lossy()).map_err(|e| log_error(&format!("syndeo: {e}")))?;
-        return sp.setenv(EXEC_ARGV0_ENV, &original).map_err(|e| log_error(&format!("syndeo: {e}")));
+        let original = sp.replace_task_program(&cfg.agent.to_string_lossy())?;
+        return Ok(sp.setenv(env::EXEC_ARGV0, &original)?);
     }
     if sp.option_value().is_none() {
         return Ok(());
@@ -79,17 +69,15 @@ pub fn task_init(sp: &Spank) -> Result<(), ()> {
         return Ok(()); // the batch script itself runs on the host, with RAY_ADDRESS set
     }
     let cfg = config(sp)?;
-    let job = sp.job_id().map_err(|e| log_error(&format!("syndeo: {e}")))?;
-    if !cfg.job_dir(job).exists() {
-        log_error(&format!(
+    let job = sp.job_id()?;
+    let dir = cfg.job_dir(job);
+    if !dir.path().exists() {
+        return Err(HookError(format!(
             "syndeo: srun --syndeo: job {job} has no syndeo cluster on this node; \
              submit the job itself with --syndeo (sbatch/salloc --syndeo=IMAGE)"
-        ));
-        return Err(());
+        )));
     }
-    let agent = cfg.agent.to_string_lossy().into_owned();
-    let original = sp.replace_task_program(&agent).map_err(|e| log_error(&format!("syndeo: {e}")))?;
-    sp.setenv(EXEC_ARGV0_ENV, &original).map_err(|e| log_error(&format!("syndeo: {e}")))?;
-    sp.setenv("SYNDEO_EXEC_JOB_DIR", &cfg.job_dir(job).to_string_lossy())
-        .map_err(|e| log_error(&format!("syndeo: {e}")))
+    let original = sp.replace_task_program(&cfg.agent.to_string_lossy())?;
+    sp.setenv(env::EXEC_ARGV0, &original)?;
+    Ok(sp.setenv(env::EXEC_JOB_DIR, &dir.path().to_string_lossy())?)
 }

@@ -1,16 +1,29 @@
 //! Submit side (srun, sbatch, salloc): the `--syndeo` callback. A bad value is
-//! refused here, before the job is queued, so no node ever sees it.
-use crate::ffi::log_error;
-use crate::option::check_image_value;
+//! refused here, before the job is queued, so no node ever sees it. In
+//! slurmstepd (`remote`) the value is not judged: Slurm would log a failed
+//! callback as an error for a healthy step, and the root side checks the
+//! value again anyway.
+use syndeo_protocol::image::check_image_value;
+
+use crate::{HookError, HookResult};
 
 /// Called by Slurm when `--syndeo` is parsed (also in slurmstepd, `remote`).
-pub fn option_given(value: Option<&str>, remote: bool) -> Result<(), ()> {
+pub fn option_given(value: Option<&str>, remote: bool) -> HookResult {
     match value {
-        None => Ok(()),
-        Some(v) => check_image_value(v).map_err(|msg| {
-            if !remote {
-                log_error(&msg);
-            }
-        }),
+        Some(v) if !remote => check_image_value(v).map_err(HookError),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_value_is_refused_where_the_user_typed_it_and_never_in_slurmstepd() {
+        assert!(option_given(Some("images/ray"), false).unwrap_err().0.contains("not an absolute path"));
+        assert!(option_given(Some(""), true).is_ok(), "srun --syndeo inside a job passes an empty value");
+        assert!(option_given(None, false).is_ok());
+        assert!(option_given(Some("/img"), false).is_ok());
     }
 }

@@ -1,10 +1,14 @@
-//! Checks a `--syndeo=IMAGE` value where the user typed it, so a bad value is
-//! refused before the job is queued, with a message that says what to fix.
+//! The check of a `--syndeo=IMAGE` value. The plugin runs it where the user
+//! typed the value (so a bad value is refused before the job is queued), and
+//! the root side runs it again on whatever reached the prolog (a value set by
+//! hand in the job's environment never passed the first check).
 
 /// Longest image path accepted (Linux PATH_MAX).
 pub const MAX_IMAGE_PATH: usize = 4096;
 
-/// Returns a message (starting with `syndeo:`) when `value` cannot name an image.
+/// Returns a one-line message (starting with `syndeo:`) when `value` cannot
+/// name an image: empty, overlong, with control characters, not absolute
+/// (which also refuses a leading `-`), or with a `..` component.
 pub fn check_image_value(value: &str) -> Result<(), String> {
     let shown: String = value.chars().take(80).flat_map(char::escape_default).collect();
     if value.is_empty() {
@@ -17,8 +21,7 @@ pub fn check_image_value(value: &str) -> Result<(), String> {
     }
     if value.chars().any(char::is_control) {
         return Err(format!(
-            "syndeo: --syndeo IMAGE \"{shown}\" contains a control character (newline, tab, ...); \
-             remove it"
+            "syndeo: --syndeo IMAGE \"{shown}\" contains a control character (newline, tab, ...); remove it"
         ));
     }
     if !value.starts_with('/') {
@@ -29,8 +32,7 @@ pub fn check_image_value(value: &str) -> Result<(), String> {
     }
     if value.split('/').any(|c| c == "..") {
         return Err(format!(
-            "syndeo: --syndeo IMAGE \"{shown}\" contains a `..` component; give the path \
-             without `..`"
+            "syndeo: --syndeo IMAGE \"{shown}\" contains a `..` component; give the path without `..`"
         ));
     }
     Ok(())
@@ -47,10 +49,11 @@ mod tests {
     }
 
     #[test]
-    fn relative_path_is_refused_with_a_fix() {
-        let e = check_image_value("images/ray.sif").unwrap_err();
-        assert!(e.starts_with("syndeo:"), "{e}");
-        assert!(e.contains("absolute path"), "{e}");
+    fn relative_path_and_a_leading_dash_are_refused_with_a_fix() {
+        for v in ["images/ray.sif", "-rf", "--image=/x"] {
+            let e = check_image_value(v).unwrap_err();
+            assert!(e.starts_with("syndeo:") && e.contains("absolute path"), "{e}");
+        }
     }
 
     #[test]
@@ -59,7 +62,7 @@ mod tests {
     }
 
     #[test]
-    fn control_characters_are_refused() {
+    fn control_characters_are_refused_in_a_one_line_message() {
         let e = check_image_value("/img\nrm -rf /").unwrap_err();
         assert!(e.contains("control character"), "{e}");
         assert!(!e.contains('\n'), "message must stay on one line: {e}");

@@ -1,0 +1,69 @@
+//! Where syndeo's files are: the installed defaults, and the layout of a
+//! job's directory on a node (`<runtime base>/<job id>`, the user's, 0700).
+use std::path::{Path, PathBuf};
+
+/// The agent binary the package installs (root-owned).
+pub const DEFAULT_AGENT: &str = "/usr/libexec/syndeo/syndeo-agent";
+/// The site configuration the package installs.
+pub const DEFAULT_CONFIG: &str = "/etc/syndeo/syndeo.toml";
+/// The root-owned directory holding one runtime directory per job.
+pub const DEFAULT_RUNTIME_BASE: &str = "/run/syndeo";
+
+/// One job's runtime directory on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobDir(PathBuf);
+
+impl JobDir {
+    /// `<runtime_base>/<job_id>`.
+    pub fn new(runtime_base: &Path, job_id: u32) -> JobDir {
+        JobDir(runtime_base.join(job_id.to_string()))
+    }
+
+    /// A job directory at a path named elsewhere (an environment variable).
+    pub fn at(path: impl Into<PathBuf>) -> JobDir {
+        JobDir(path.into())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The node agent's local socket (see [`crate::local`]).
+    pub fn socket(&self) -> PathBuf {
+        self.0.join("agent.sock")
+    }
+
+    /// Left by the root side, in place of an agent, when the job cannot have
+    /// a cluster on this node: the reason, for the job's steps.
+    pub fn failed_note(&self) -> PathBuf {
+        self.0.join("failed")
+    }
+
+    /// The node agent's log.
+    pub fn agent_log(&self) -> PathBuf {
+        self.0.join("agent.log")
+    }
+
+    /// What this node's Ray container printed.
+    pub fn ray_log(&self) -> PathBuf {
+        self.0.join("ray.log")
+    }
+
+    /// The cluster's Ray token (0600), for the user's own tools.
+    pub fn ray_token(&self) -> PathBuf {
+        self.0.join("ray_token")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_dir_is_the_job_id_under_the_runtime_base() {
+        let d = JobDir::new(Path::new("/run/syndeo"), 42);
+        assert_eq!(d.path(), Path::new("/run/syndeo/42"));
+        assert_eq!(d.socket(), PathBuf::from("/run/syndeo/42/agent.sock"));
+        assert_eq!(d.failed_note(), PathBuf::from("/run/syndeo/42/failed"));
+    }
+}

@@ -1,0 +1,17 @@
+//! The boundary between syndeo's SPANK plugin (`syndeo.so`) and its node agent
+//! (`syndeo-agent`): what both sides must agree on, in one place.
+//!
+//! - [`layout`]: installed paths and the job directory's layout;
+//! - [`env`]: environment variables that cross from one side to the other;
+//! - [`image`]: the check of a `--syndeo=IMAGE` value (at submit and again as root);
+//! - [`local`]: the messages of the agent's local socket, with a protocol version;
+//! - [`client`]: the one synchronous client of that socket (plugin, exec wrapper, CLI).
+//!
+//! It depends on serde only, so that the plugin stays small.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod env;
+pub mod image;
+pub mod layout;
+pub mod local;
