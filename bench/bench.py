@@ -433,11 +433,12 @@ MESH_SIZES = [64, 256, 1024, 4096]
 
 
 def mesh_scale(binary, reps):
-    """syndeo-agent mesh-bench, as the unprivileged user: per N, the median
-    seconds to ready and the messages per node over `reps` runs."""
+    """The mesh-scale benchmark (node-agent's examples/mesh_bench.rs), as the
+    unprivileged user: per N, the median seconds to ready and the messages
+    per node over `reps` runs."""
     runs = {n: [] for n in MESH_SIZES}
     for _ in range(reps):
-        out = sh(["runuser", "-u", USER, "--", binary, "mesh-bench", "--nodes", ",".join(map(str, MESH_SIZES))],
+        out = sh(["runuser", "-u", USER, "--", binary, ",".join(map(str, MESH_SIZES))],
                  check=True).stdout
         for line in out.splitlines():
             f = line.split()
@@ -477,7 +478,7 @@ def main():
     # shared cores, and by more from one cluster to the next.
     ap.add_argument("--tput-reps", type=int, default=5)
     ap.add_argument("--tput-rounds", type=int, default=12)
-    ap.add_argument("--mesh-bench", required=True, help="syndeo-agent built with --features mesh-bench")
+    ap.add_argument("--mesh-bench", required=True, help="the mesh-scale benchmark's binary (examples/mesh_bench.rs)")
     ap.add_argument("--empty-plugin", required=True, help="bench/empty_spank.c, built")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
@@ -621,7 +622,7 @@ side by side in the same run, are the result. Benchmarks never fail CI.
   about 0.3 ms here, against 0.06 ms for the empty plugin; 0.2 ms of that is libgcc_s,
   the unwinder Rust's standard library needs, which Slurm's processes do not otherwise
   load.
-- **mesh scale**: `syndeo-agent mesh-bench` (a build with the `mesh-bench` feature, which
+- **mesh scale**: the `mesh_bench` example of the agent library (node-agent/examples, which
   the packages never have) runs N agents' real lifecycle in one process, each with its own
   mesh server on 127.10.x.y and its job directory on tmpfs; the launcher is a no-op that
   says "started" at once. It counts every mesh call served and every view streamed.

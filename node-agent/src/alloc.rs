@@ -25,7 +25,7 @@ pub fn cpus_per_node(spec: &str) -> Result<Vec<u32>, CpusError> {
         if repeat > 65536 {
             return Err(err());
         }
-        out.extend(std::iter::repeat(count).take(repeat));
+        out.extend(std::iter::repeat_n(count, repeat));
     }
     Ok(out)
 }

@@ -1,7 +1,13 @@
-//! Command line of `syndeo-agent` (and of `syndeo`, the same binary for users).
+//! The command line of `syndeo-agent`, and of `syndeo` (the same binary,
+//! installed under that name for users). `syndeo --help` lists only the
+//! users' commands; the root side's (`prolog`, `epilog`, `keygen`) show under
+//! `syndeo-agent --help`, and the processes the root side starts for a job
+//! (`supervise`, `serve`) under neither.
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use syndeo_protocol::layout::{DEFAULT_CONFIG, DEFAULT_RUNTIME_BASE};
 
 #[derive(Parser, Debug)]
 #[command(name = "syndeo", version, about = "syndeo: a Ray cluster as a property of a Slurm job")]
@@ -12,33 +18,6 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
-    /// (root, from the SPANK prolog) set up this node for a job and start its agent
-    Prolog(PrologArgs),
-    /// (root, from the SPANK epilog) stop the job's cluster on this node and remove all of it
-    Epilog(EpilogArgs),
-    /// (the job user, started by `prolog`) keeps the node agent running
-    #[command(hide = true)]
-    Run {
-        #[arg(long)]
-        job_dir: PathBuf,
-    },
-    /// (the job user, started by `run`) the node agent itself
-    #[command(hide = true)]
-    Serve {
-        #[arg(long)]
-        job_dir: PathBuf,
-        /// This start is the Nth restart of an agent that ended unexpectedly ...
-        #[arg(long, requires = "why")]
-        restart: Option<u32>,
-        /// ... and this is how it ended.
-        #[arg(long)]
-        why: Option<String>,
-    },
-    /// (root, at install) create the site key if it does not exist
-    Keygen {
-        #[arg(long, default_value = "/etc/syndeo/site.key")]
-        path: PathBuf,
-    },
     /// Inside a job: the cluster's head, nodes and state
     Status {
         #[arg(long)]
@@ -52,18 +31,41 @@ pub enum Cmd {
     /// Inside a job: run CMD in the job's image on this node (like `srun --syndeo CMD`)
     Exec {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
-        cmd: Vec<std::ffi::OsString>,
+        cmd: Vec<OsString>,
     },
     /// Inside a job: this node's agent and Ray logs, or NODE's
     Logs { node: Option<String> },
-    /// (benchmark builds only) N simulated nodes' agents on loopback, Ray a no-op
-    #[cfg(feature = "mesh-bench")]
+    /// (root, from the SPANK prolog) set up this node for a job and start its agent
+    Prolog(PrologArgs),
+    /// (root, from the SPANK epilog) stop the job's cluster on this node and remove all of it
+    Epilog(EpilogArgs),
+    /// (root, at install) create the site key if it does not exist
+    Keygen {
+        #[arg(long, default_value = "/etc/syndeo/site.key")]
+        path: PathBuf,
+    },
+    /// (the job user, started by `prolog`) keeps the node agent running
     #[command(hide = true)]
-    MeshBench {
-        #[arg(long, value_delimiter = ',', default_values_t = [64, 256, 1024, 4096])]
-        nodes: Vec<usize>,
+    Supervise {
+        #[arg(long)]
+        job_dir: PathBuf,
+    },
+    /// (the job user, started by `supervise`) the node agent itself
+    #[command(hide = true)]
+    Serve {
+        #[arg(long)]
+        job_dir: PathBuf,
+        /// This start is the Nth restart of an agent that ended unexpectedly ...
+        #[arg(long, requires = "why")]
+        restart: Option<u32>,
+        /// ... and this is how it ended.
+        #[arg(long)]
+        why: Option<String>,
     },
 }
+
+/// The root side's commands: hidden from `syndeo --help`.
+const ROOT_COMMANDS: &[&str] = &["prolog", "epilog", "keygen"];
 
 #[derive(Args, Debug)]
 pub struct CommonArgs {
@@ -71,9 +73,9 @@ pub struct CommonArgs {
     pub job: u32,
     #[arg(long)]
     pub uid: u32,
-    #[arg(long, default_value = "/etc/syndeo/syndeo.toml")]
+    #[arg(long, default_value = DEFAULT_CONFIG)]
     pub config: PathBuf,
-    #[arg(long, default_value = "/run/syndeo")]
+    #[arg(long, default_value = DEFAULT_RUNTIME_BASE)]
     pub runtime_base: PathBuf,
 }
 
@@ -83,8 +85,8 @@ pub struct PrologArgs {
     pub common: CommonArgs,
     #[arg(long)]
     pub gid: u32,
-    /// The value of --syndeo=IMAGE, if one was given.
-    #[arg(long)]
+    /// The value of --syndeo=IMAGE, if one was given (checked again here).
+    #[arg(long, allow_hyphen_values = true)]
     pub image: Option<String>,
 }
 
@@ -92,4 +94,57 @@ pub struct PrologArgs {
 pub struct EpilogArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+/// Parses `args` (argv[0] first). Run as `syndeo`, the help shows users' commands only.
+pub fn parse(args: Vec<OsString>) -> Cli {
+    let invoked_as = args.first().map(std::path::Path::new).and_then(|p| p.file_name()).map(|n| n.to_owned());
+    let mut cmd = Cli::command();
+    if invoked_as.as_deref() != Some(std::ffi::OsStr::new("syndeo-agent")) {
+        for name in ROOT_COMMANDS {
+            cmd = cmd.mut_subcommand(name, |s| s.hide(true));
+        }
+    } else {
+        cmd = cmd.name("syndeo-agent");
+    }
+    let matches = cmd.get_matches_from(args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn help(argv0: &str) -> String {
+        let mut cmd = Cli::command();
+        if argv0 == "syndeo" {
+            for name in ROOT_COMMANDS {
+                cmd = cmd.mut_subcommand(name, |s| s.hide(true));
+            }
+        }
+        cmd.render_help().to_string()
+    }
+
+    #[test]
+    fn users_help_lists_only_their_commands_and_the_agents_lists_the_root_side_too() {
+        let user = help("syndeo");
+        for c in ["status", "wait", "exec", "logs"] {
+            assert!(user.contains(c), "{user}");
+        }
+        for c in ["prolog", "epilog", "keygen", "supervise", "serve"] {
+            assert!(!user.contains(c), "{c} in: {user}");
+        }
+        let admin = help("syndeo-agent");
+        assert!(admin.contains("prolog") && admin.contains("keygen") && !admin.contains("supervise"), "{admin}");
+    }
+
+    #[test]
+    fn an_image_value_that_starts_with_a_dash_is_one_argument() {
+        let cli =
+            Cli::try_parse_from(["syndeo-agent", "prolog", "--job=1", "--uid=2", "--gid=3", "--image=-rf"]).unwrap();
+        match cli.command {
+            Cmd::Prolog(a) => assert_eq!(a.image.as_deref(), Some("-rf")),
+            other => panic!("{other:?}"),
+        }
+    }
 }

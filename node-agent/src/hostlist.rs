@@ -60,12 +60,16 @@ pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
     Ok(out)
 }
 
+/// A range of numbered names: the lower bound as written (its zero padding),
+/// then the lowest and highest number.
+type Numbered<'a> = (&'a str, u64, u64);
+
 /// The shortest-form hostlist expression of `names`, in their order:
 /// `["n1", "n2", "n3", "n7", "login"]` -> `n[1-3,7],login`. `expand` gives
 /// the names back (zero padding included).
 pub fn compress(names: &[String]) -> String {
-    // Each item: a prefix and its ranges (lower bound as written, low, high).
-    let mut items: Vec<(&str, Vec<(&str, u64, u64)>)> = Vec::new();
+    // Each item: a prefix and its ranges.
+    let mut items: Vec<(&str, Vec<Numbered>)> = Vec::new();
     for n in names {
         let (prefix, digits) = n.split_at(n.trim_end_matches(|c: char| c.is_ascii_digit()).len());
         let Ok(v) = digits.parse::<u64>() else {
@@ -105,7 +109,7 @@ fn split_top_level(list: &str) -> Result<Vec<String>, HostlistError> {
             ']' => depth -= 1,
             _ => {}
         }
-        if depth < 0 || depth > 1 {
+        if !(0..=1).contains(&depth) {
             return Err(HostlistError::Unbalanced(list.into()));
         }
         if c == ',' && depth == 0 {

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use syndeo_protocol::layout::JobDir;
 
 use crate::config::Config;
 
@@ -29,20 +30,14 @@ pub struct JobSpec {
     pub config: Config,
 }
 
+/// In the job directory, written by root: the spec and the job's secret.
 pub const SPEC_FILE: &str = "job.json";
 pub const SECRET_FILE: &str = "secret";
-pub const SOCKET_FILE: &str = "agent.sock";
-pub const LOG_FILE: &str = "agent.log";
-pub const RAY_TOKEN_FILE: &str = "ray_token";
-/// Written by the prolog instead of starting an agent when the job cannot
-/// have a cluster on this node; holds the reason (the plugin reads it).
-pub const FAILED_FILE: &str = "failed";
-/// Marks every process of a syndeo job's cluster (the epilog looks for it).
-pub const JOB_MARKER_ENV: &str = "SYNDEO_JOB_ID";
 
 impl JobSpec {
-    pub fn socket(&self) -> PathBuf {
-        self.job_dir.join(SOCKET_FILE)
+    /// The job's runtime directory on this node (socket, logs, token).
+    pub fn dir(&self) -> JobDir {
+        JobDir::at(&self.job_dir)
     }
 
     /// Ray's `--temp-dir`: one level inside the job's 0700 temp dir, because
@@ -78,9 +73,9 @@ impl JobSpec {
     }
 }
 
-/// A job spec for unit tests: `nodes` in list order, this node at `index`.
-#[cfg(any(test, feature = "mesh-bench"))]
-pub fn spec_for_tests(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
+/// A job spec for simulated nodes (unit tests, the mesh benchmark): `nodes`
+/// in list order, this node at `index`, and the site's defaults.
+pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
     let job = job_id.to_string();
     JobSpec {
         job_id,

@@ -40,6 +40,14 @@ pub fn tokens_equal(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// `syndeo-agent keygen`: makes the site key unless there is one, and says so.
+pub fn keygen_cli(path: &Path) -> anyhow::Result<()> {
+    if keygen(path)? {
+        eprintln!("created site key {}", path.display());
+    }
+    Ok(())
+}
+
 /// Writes a new random site key (64 hex chars, mode 0600) unless one exists.
 pub fn keygen(path: &Path) -> anyhow::Result<bool> {
     use std::io::Write;

@@ -1,4 +1,4 @@
-//! `syndeo-agent run` (the job user, started by the prolog): keeps the job's
+//! `syndeo-agent supervise` (the job user, started by the prolog): keeps the job's
 //! node agent (`syndeo-agent serve`) running on this node. An agent that ends
 //! without being told to (killed, crashed) is started again, at most
 //! `MAX_RESTARTS` times; the new one rejoins the job's cluster as a worker,
@@ -19,7 +19,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::job::LOG_FILE;
+use syndeo_protocol::layout::JobDir;
 
 /// Starts of the agent after the first; a node whose agent keeps dying has a
 /// fault that another start will not mend.
@@ -121,7 +121,7 @@ fn watch(agent: Pid, signals: &SigSet) -> Result<Ended> {
 
 /// A line in the agent's log (the job directory's agent.log).
 fn log(job_dir: &Path, line: &str) {
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join(LOG_FILE)) {
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(JobDir::at(job_dir).agent_log()) {
         let _ = writeln!(f, "syndeo-agent supervisor: {line}");
     }
 }
@@ -135,6 +135,7 @@ mod tests {
     /// The signals are blocked in this test thread only, as the supervisor
     /// blocks them; another thread may take a SIGCHLD, which only delays.
     #[test]
+    #[allow(clippy::zombie_processes)] // `watch` reaps them with waitpid
     fn an_agent_that_dies_on_its_own_is_unexpected_and_one_that_exits_cleanly_is_not() {
         let signals = waited_signals();
         signals.thread_block().unwrap();

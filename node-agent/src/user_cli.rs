@@ -1,61 +1,47 @@
 //! `syndeo status | wait | exec | logs`: for users inside a syndeo job (the
 //! job's steps have SYNDEO_JOB_DIR set). Readable output by default, `--json`
 //! for scripts.
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+use syndeo_protocol::client::Client;
+use syndeo_protocol::env::JOB_DIR;
+use syndeo_protocol::layout::JobDir;
+use syndeo_protocol::local::{Op, WaitReply};
 
-use crate::job::{LOG_FILE, SOCKET_FILE};
-
-fn job_dir() -> Result<PathBuf> {
-    std::env::var_os("SYNDEO_JOB_DIR")
-        .map(PathBuf::from)
-        .context("SYNDEO_JOB_DIR is not set: run this inside a job started with --syndeo")
-}
-
-fn ask(req: Value, timeout: Duration) -> Result<Value> {
-    crate::agent::local_request(&job_dir()?.join(SOCKET_FILE), &req, timeout)
+fn job_dir() -> Result<JobDir> {
+    std::env::var_os(JOB_DIR)
+        .map(JobDir::at)
+        .with_context(|| format!("{JOB_DIR} is not set: run this inside a job started with --syndeo"))
 }
 
 pub fn status(as_json: bool) -> Result<()> {
-    let s = ask(json!({"op": "status"}), Duration::from_secs(10))?;
+    let s = Client::new(&job_dir()?).status(Duration::from_secs(10))?;
     if as_json {
-        println!("{s}");
+        println!("{}", serde_json::to_string(&s)?);
         return Ok(());
     }
-    let get =
-        |k: &str| s.get(k).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).unwrap_or_default();
-    println!(
-        "job {} on {}: {}{}",
-        get("job"),
-        get("node"),
-        get("state"),
-        match get("detail").as_str() {
-            "" => String::new(),
-            d => format!(" ({d})"),
-        }
-    );
-    println!("head:        {}", get("head"));
-    println!("ray address: {}", get("ray_address"));
-    println!("nodes:       {}", get("nodes"));
-    println!("joined:      {}", get("ready_nodes"));
-    if !get("dashboard_url").is_empty() {
-        println!("dashboard:   {}", get("dashboard_url"));
+    let detail = if s.detail.is_empty() { String::new() } else { format!(" ({})", s.detail) };
+    println!("job {} on {}: {}{detail}", s.job, s.node, s.state);
+    println!("head:        {}", s.head);
+    println!("ray address: {}", s.ray_address);
+    println!("nodes:       {}", s.nodes.join(","));
+    println!("joined:      {}", s.ready_nodes.join(","));
+    if !s.dashboard_url.is_empty() {
+        println!("dashboard:   {}", s.dashboard_url);
     }
     Ok(())
 }
 
 pub fn wait(timeout: u64) -> Result<()> {
-    let r = ask(json!({"op": "wait", "timeout_secs": timeout}), Duration::from_secs(timeout + 5))?;
-    match r.get("state").and_then(|s| s.as_str()) {
-        Some("ready") => {
+    let op = Op::Wait { timeout_secs: timeout };
+    match Client::new(&job_dir()?).ask(op, Duration::from_secs(timeout))? {
+        WaitReply::Ready { .. } => {
             println!("ready");
             Ok(())
         }
-        Some("failed") => bail!("the cluster failed: {}", r["error"].as_str().unwrap_or("?")),
-        _ => bail!("not ready after {timeout} s: {}", r["detail"].as_str().unwrap_or("?")),
+        WaitReply::Failed { error } => bail!("the cluster failed: {error}"),
+        WaitReply::Starting { detail } => bail!("not ready after {timeout} s: {detail}"),
     }
 }
 
@@ -82,8 +68,7 @@ pub fn logs(node: Option<&str>) -> Result<()> {
         bail!("cannot run srun: {err}");
     }
     let dir = job_dir()?;
-    for f in [LOG_FILE, "ray.log"] {
-        let p = dir.join(f);
+    for p in [dir.agent_log(), dir.ray_log()] {
         println!("==> {} <==", p.display());
         print!("{}", std::fs::read_to_string(&p).unwrap_or_else(|e| format!("({e})\n")));
     }

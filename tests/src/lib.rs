@@ -322,7 +322,7 @@ pub fn agent_pid(job: u32, node: &str) -> Option<i32> {
 
 /// The PID of the process that restarts `job`'s node agent on `node`.
 pub fn supervisor_pid(job: u32, node: &str) -> Option<i32> {
-    job_process(job, node, "syndeo-agent run")
+    job_process(job, node, "syndeo-agent supervise")
 }
 
 /// Kills `job`'s agent on `node` for good: its supervisor first, so that

@@ -205,7 +205,8 @@ srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n[
 }
 
 const GCS_SERVER: &str = "/usr/local/lib/python3.11/dist-packages/ray/core/src/ray/gcs/gcs_server";
-const LAUNCHER: &str = "python3 -c # syndeo's Ray launcher";
+/// syndeo's launcher script in the container, run by path from the job's temp dir.
+const LAUNCHER: &str = "python3 /tmp/syndeo/";
 const COUNT_ALIVE: &str =
     r#"import ray; ray.init(); print("ALIVE", len({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}))"#;
 

@@ -41,7 +41,8 @@ pub async fn elect(
 ) -> Result<(Role, Option<MeshClient<Channel>>)> {
     let spec = &shared.spec;
     let head_timeout = Duration::from_secs(spec.config.head_timeout);
-    // A node passed over itself looks for the new head among all the others.
+    // A node passed over itself (it stepped down, or its agent was
+    // restarted) looks for the new head among all the others.
     let out = passed.contains(&spec.node);
     let ranks = if out { 0..spec.nodes.len() } else { 0..spec.index };
     let candidates: Vec<usize> = ranks.filter(|&i| i != spec.index && !passed.contains(&spec.nodes[i])).collect();
@@ -86,7 +87,7 @@ pub async fn elect(
                     // again), or a higher-ranked node: ask again shortly.
                     _ => tokio::time::sleep(Duration::from_millis(100)).await,
                 },
-                PbRole::Out => {
+                PbRole::SteppedDown => {
                     info!(node = %node, "its Ray failed as head; passing over it");
                     passed.insert(node.clone());
                     k += 1;
@@ -109,7 +110,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::job::spec_for_tests;
+    use crate::agent::launcher::NoopLauncher;
+    use crate::job::simulated_spec;
 
     /// Real agents' meshes on loopback addresses (127.0.0.2-4 as three nodes).
     /// The first node's agent never starts: the second passes over it once its
@@ -119,10 +121,10 @@ mod tests {
         let nodes = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
         let agents: Vec<Arc<Shared>> = (1..3)
             .map(|i| {
-                let mut spec = spec_for_tests(4242, &nodes, i);
+                let mut spec = simulated_spec(4242, &nodes, i);
                 spec.config.head_timeout = 1;
                 spec.config.mesh_ports = "47000-47099".into();
-                Arc::new(Shared::new(spec, "t".repeat(64)))
+                Arc::new(Shared::new(spec, "t".repeat(64), Arc::new(NoopLauncher)))
             })
             .collect();
         for a in &agents {
@@ -157,13 +159,13 @@ mod tests {
         let nodes = ["127.0.0.5", "127.0.0.6", "127.0.0.7"];
         let agents: Vec<Arc<Shared>> = (0..3)
             .map(|i| {
-                let mut spec = spec_for_tests(4343, &nodes, i);
+                let mut spec = simulated_spec(4343, &nodes, i);
                 spec.config.head_timeout = 30;
                 spec.config.mesh_ports = "47100-47199".into();
-                Arc::new(Shared::new(spec, "t".repeat(64)))
+                Arc::new(Shared::new(spec, "t".repeat(64), Arc::new(NoopLauncher)))
             })
             .collect();
-        agents[0].role.send_replace(Role::Out);
+        agents[0].role.send_replace(Role::SteppedDown);
         for a in &agents {
             let ip: IpAddr = a.spec.node.parse().unwrap();
             let (listener, _) = mesh::bind(ip, &a.spec.mesh_ports()).await.unwrap();

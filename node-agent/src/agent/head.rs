@@ -9,97 +9,65 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::lifecycle::{job_notice, publish, start_ray, started, Dropped, End, Prepared};
-use super::mesh::pb::cluster_view::Phase;
-use super::ray::{self, Event};
-use super::state::{Local, Role, Shared};
+use super::election::resolve;
+use super::launcher::Event;
+use super::mesh::{self, pb::cluster_view::Phase};
+use super::node_ray::{job_notice, start_ray, started, StartFailure};
+use super::part::{Dropped, End, Prepared};
+use super::ray::{self, HeadPorts, NodePorts};
+use super::state::Shared;
+use super::view::{self, publish, publish_failure};
 
 pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Instant, dropped: &Dropped) -> End {
-    let spec = &shared.spec;
-    let (events, ports) = match prepared {
+    let (mut events, ports) = match prepared {
         Ok(p) => p,
-        Err(msg) => return fail(shared, format!("{} (head): {msg}", spec.node)),
+        Err(f) => return fail(shared, format!("{} (head): {f}", shared.spec.node)),
     };
-    // Nodes whose agent is gone count as failed, unless it is back (its
-    // supervisor restarted it: it rejoins as a worker); too few fails now.
+    if let Err(end) = count_lost_nodes(shared, dropped).await {
+        return end;
+    }
+    let head_ports = match take_office(shared, ip, dropped).await {
+        Ok(p) => p,
+        Err(end) => return end,
+    };
+    if let Err(end) = start_head(shared, ip, &head_ports, &ports, &mut events, t0).await {
+        return end;
+    }
+    let deadline = t0 + Duration::from_secs(shared.spec.config.startup_timeout);
+    let deadline = tokio::spawn(fail_at_deadline(shared.clone(), deadline));
+    let end = watch_own_ray(shared, events).await;
+    deadline.abort();
+    end
+}
+
+/// Nodes whose agent is gone count as failed, unless it is back (its
+/// supervisor restarted it: it rejoins as a worker); too few fails now.
+async fn count_lost_nodes(shared: &Shared, dropped: &Dropped) -> Result<(), End> {
+    let spec = &shared.spec;
     let mut lost: Vec<(&String, &String)> =
         dropped.iter().filter(|(_, (is_lost, _))| *is_lost).map(|(n, (_, why))| (n, why)).collect();
     if spec.nodes.len() - lost.len() < spec.min_nodes() {
         lost = still_lost(shared, lost).await;
     }
-    {
-        let mut reports = shared.reports.lock().await;
-        for (n, why) in &lost {
-            reports.insert(n.to_string(), Err(format!("its agent was lost before the cluster was ready ({why})")));
-        }
+    let mut reports = shared.reports.lock().await;
+    for (n, why) in &lost {
+        reports.insert(n.to_string(), Err(format!("its agent was lost before the cluster was ready ({why})")));
     }
-    let lost: Vec<String> = lost.iter().map(|(n, why)| format!("{n}: {why}")).collect();
-    if spec.nodes.len() - lost.len() < spec.min_nodes() {
-        return fail(
-            shared,
-            format!(
-                "only {} of the job's {} nodes are left and the cluster needs {} (min_nodes): {}",
-                spec.nodes.len() - lost.len(),
-                spec.nodes.len(),
-                spec.min_nodes(),
-                lost.join("; ")
-            ),
-        );
+    drop(reports);
+    if spec.nodes.len() - lost.len() >= spec.min_nodes() {
+        return Ok(());
     }
-    let token = match crate::secret::random_token() {
-        Ok(t) => t,
-        Err(e) => return fail(shared, format!("node fault: no random token: {e}")),
-    };
-    #[cfg(feature = "mesh-bench")]
-    let job = if shared.noop_ray { Default::default() } else { ray::slurm_job(spec.job_id).await };
-    #[cfg(not(feature = "mesh-bench"))]
-    let job = ray::slurm_job(spec.job_id).await;
-    let own_memory = job.memory_mb.get(&spec.node).copied();
-    let head_ports = match ray::HeadPorts::pick(ip) {
-        Ok(p) => p,
-        Err(e) => return fail(shared, format!("no free port on {ip}: {e}")),
-    };
-    publish(shared, |v| {
-        v.set_phase(Phase::Starting);
-        v.head_node = spec.node.clone();
-        v.gcs_address.clear();
-        v.ready_nodes.clear();
-        v.message.clear();
-        v.ray_token = token;
-        v.memory_mb = job.memory_mb.into_iter().collect();
-        v.job_stderr = job.stderr.unwrap_or_default();
-    });
-    for (n, (_, why)) in dropped {
-        job_notice(
-            shared,
-            &format!(
-                "syndeo: the Ray head on {n} dropped out before the cluster was ready ({why}); {} is the head now",
-                spec.node
-            ),
-        );
-    }
-    let mut events = events;
-    let args = ray::head_args(spec, ip, &head_ports, &ports, own_memory);
-    if let Err(m) = start_ray(shared, &args).await {
-        return fail(shared, m);
-    }
-    if let Err(f) = head_started(shared, ip, head_ports.gcs, &mut events, t0).await {
-        return if f.loaded { step_down(shared, f.message) } else { fail(shared, f.message) };
-    }
-    info!("Ray head started in {:?}", t0.elapsed());
-    publish(shared, |v| {
-        if spec.config.dashboard {
-            v.dashboard_url = format!("http://{ip}:{}", head_ports.dashboard);
-        }
-        v.set_phase(Phase::HeadReady);
-    });
-    recompute_view(shared).await;
-
-    let deadline =
-        tokio::spawn(fail_at_deadline(shared.clone(), t0 + Duration::from_secs(spec.config.startup_timeout)));
-    let end = watch_own_ray(shared, events).await;
-    deadline.abort();
-    end
+    let each: Vec<String> = lost.iter().map(|(n, why)| format!("{n}: {why}")).collect();
+    Err(fail(
+        shared,
+        format!(
+            "only {} of the job's {} nodes are left and the cluster needs {} (min_nodes): {}",
+            spec.nodes.len() - lost.len(),
+            spec.nodes.len(),
+            spec.min_nodes(),
+            each.join("; ")
+        ),
+    ))
 }
 
 /// How long a new head waits for lost nodes' agents to answer again (their
@@ -113,13 +81,9 @@ async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>
     while !lost.is_empty() && Instant::now() < until {
         let mut left = Vec::new();
         for (n, why) in lost {
-            let answer = async {
-                let ip = super::election::resolve(n).await.ok()?;
-                super::mesh::join(shared, ip).await
-            };
+            let answer = async { mesh::join(shared, resolve(n).await.ok()?).await };
             let left_time = until.saturating_duration_since(Instant::now());
-            let back = matches!(tokio::time::timeout(left_time, answer).await, Ok(Some(_)));
-            if back {
+            if matches!(tokio::time::timeout(left_time, answer).await, Ok(Some(_))) {
                 info!(node = %n, "its agent answers again; it will rejoin as a worker");
             } else {
                 left.push((n, why));
@@ -131,6 +95,62 @@ async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>
         }
     }
     lost
+}
+
+/// The new head's view: a fresh Ray token, what Slurm says of the job, and
+/// a notice in the job's stderr for each head that dropped out before.
+async fn take_office(shared: &Shared, ip: IpAddr, dropped: &Dropped) -> Result<HeadPorts, End> {
+    let spec = &shared.spec;
+    let token = crate::secret::random_token().map_err(|e| fail(shared, format!("node fault: no random token: {e}")))?;
+    let job = shared.launcher.slurm_job(spec.job_id).await;
+    let head_ports = HeadPorts::pick(ip).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
+    publish(shared, |v| {
+        v.set_phase(Phase::Starting);
+        v.head_node = spec.node.clone();
+        v.gcs_address.clear();
+        v.ready_nodes.clear();
+        v.message.clear();
+        v.ray_token = token;
+        v.memory_mb = job.memory_mb.into_iter().collect();
+        v.job_stderr = job.stderr.unwrap_or_default();
+    });
+    for (n, (_, why)) in dropped {
+        let line = format!(
+            "syndeo: the Ray head on {n} dropped out before the cluster was ready ({why}); {} is the head now",
+            spec.node
+        );
+        job_notice(shared, &line);
+    }
+    Ok(head_ports)
+}
+
+/// `ray start --head`, and HEAD_READY once it is up. A Ray that loaded and
+/// then failed is this node's fault: step down; one that did not load is the
+/// image's: the cluster fails (every node would fail the same way).
+async fn start_head(
+    shared: &Shared,
+    ip: IpAddr,
+    head_ports: &HeadPorts,
+    ports: &NodePorts,
+    events: &mut mpsc::Receiver<Event>,
+    t0: Instant,
+) -> Result<(), End> {
+    let spec = &shared.spec;
+    let own_memory = shared.view.borrow().memory_mb.get(&spec.node).copied();
+    let args = ray::head_args(spec, ip, head_ports, ports, own_memory);
+    start_ray(shared, &args).await.map_err(|f| fail(shared, f.to_string()))?;
+    if let Err(f) = head_started(shared, ip, head_ports.gcs, events, t0).await {
+        return Err(if f.loaded { step_down(shared, f.message) } else { fail(shared, f.message) });
+    }
+    info!("Ray head started in {:?}", t0.elapsed());
+    publish(shared, |v| {
+        if spec.config.dashboard {
+            v.dashboard_url = format!("http://{ip}:{}", head_ports.dashboard);
+        }
+        v.set_phase(Phase::HeadReady);
+    });
+    view::recount(shared).await;
+    Ok(())
 }
 
 /// The head's `ray start`; the GCS address goes out as soon as the GCS
@@ -145,7 +165,7 @@ async fn head_started(
     gcs: u16,
     events: &mut mpsc::Receiver<Event>,
     t0: Instant,
-) -> Result<(), super::lifecycle::StartFailure> {
+) -> Result<(), StartFailure> {
     let gcs_address = format!("{ip}:{gcs}");
     let publish_address = || publish(shared, |v| v.gcs_address = gcs_address.clone());
     let mut published = false;
@@ -175,10 +195,7 @@ async fn head_started(
 }
 
 fn fail(shared: &Shared, msg: String) -> End {
-    publish(shared, |v| {
-        v.set_phase(Phase::Failed);
-        v.message = msg.clone();
-    });
+    publish_failure(shared, &msg);
     End::Failed(msg)
 }
 
@@ -223,7 +240,7 @@ async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
 async fn watch_own_ray(shared: &Shared, mut events: mpsc::Receiver<Event>) -> End {
     while let Some(ev) = events.recv().await {
         if matches!(ev, Event::Died | Event::Exited) {
-            let (node, tail) = (&shared.spec.node, ray::log_tail(&shared.spec.job_dir, 3));
+            let (node, tail) = (&shared.spec.node, ray::log_tail(&shared.spec, 3));
             if shared.view.borrow().phase() != Phase::Ready {
                 return step_down(shared, format!("the Ray head on {node} ended: {tail}"));
             }
@@ -232,57 +249,4 @@ async fn watch_own_ray(shared: &Shared, mut events: mpsc::Receiver<Event>) -> En
         }
     }
     std::future::pending().await
-}
-
-/// Head: derive the cluster's phase from its own Ray and the workers'
-/// reports. O(nodes) per report; the list of ready nodes (in the job's
-/// order) is built only once the cluster is ready.
-pub async fn recompute_view(shared: &Shared) {
-    let reports = shared.reports.lock().await;
-    recompute_with(shared, &reports);
-}
-
-/// A worker's report: recorded and counted under one lock, so that each
-/// report is counted once and the ready list is built once, not per report.
-pub async fn record_report(shared: &Shared, node: String, result: Result<(), String>) {
-    let mut reports = shared.reports.lock().await;
-    if reports.get(&node) == Some(&result) {
-        return;
-    }
-    reports.insert(node, result);
-    recompute_with(shared, &reports);
-}
-
-fn recompute_with(shared: &Shared, reports: &std::collections::BTreeMap<String, Result<(), String>>) {
-    if *shared.role.borrow() != Role::Head {
-        return;
-    }
-    let spec = &shared.spec;
-    let phase = shared.view.borrow().phase();
-    if matches!(phase, Phase::Failed | Phase::Starting | Phase::Reelect) {
-        return;
-    }
-    let joined = 1 + reports.values().filter(|r| r.is_ok()).count();
-    let failed = reports.values().filter(|r| r.is_err()).count();
-    if joined >= spec.min_nodes() || phase == Phase::Ready {
-        let ready: Vec<String> = spec
-            .nodes
-            .iter()
-            .filter(|n| **n == spec.node || matches!(reports.get(*n), Some(Ok(()))))
-            .cloned()
-            .collect();
-        publish(shared, |v| {
-            v.ready_nodes = ready;
-            v.set_phase(Phase::Ready);
-        });
-    } else if spec.nodes.len() - failed < spec.min_nodes() {
-        let why: Vec<String> =
-            reports.iter().filter_map(|(n, r)| r.as_ref().err().map(|m| format!("{n}: {m}"))).collect();
-        publish(shared, |v| {
-            v.set_phase(Phase::Failed);
-            v.message = why.join("; ");
-        });
-    } else {
-        shared.set_local(Local::Starting(format!("{joined} of {} nodes joined", spec.nodes.len())));
-    }
 }

@@ -1,40 +1,48 @@
-# syndeo's Ray launcher: runs inside the job's container on each node, as the
-# job user, as the first process of the container's own PID namespace.
-# Protocol with the node agent (lines on stdout; Ray's own output goes to stderr):
-#   SYNDEO_LAUNCHER_READY          Ray is importable; waiting for `ray start` arguments
-#   SYNDEO_RAY_STARTED             `ray start` returned: this node joined the cluster
-#   SYNDEO_RAY_FAILED <message>    Ray could not start; the message says why
-#   SYNDEO_RAY_DIED                this node's raylet ended while the job ran
-# stdin: one JSON line {"args": [...], "env": {...}} with the `ray start` arguments
-# and the secrets (the auth token), which never appear on a command line; end of
-# stdin means "stop": every process of this namespace gets SIGTERM, then SIGKILL.
-import json, os, select, shutil, signal, sys, time
+"""syndeo's Ray launcher: runs inside the job's container on each node, as the
+job user, as the first process of the container's own PID namespace. The node
+agent writes it into the job's temp dir and runs it by path.
 
-# The protocol channel is a private copy of stdout; fd 1 itself becomes
-# stderr (the node's ray.log), so nothing Ray or its daemons print can
-# reach the agent as a protocol line.
-_proto = os.fdopen(os.dup(1), "w", buffering=1)
-os.dup2(2, 1)
+Protocol with the node agent (lines on stdout; Ray's own output goes to stderr,
+which is the node's ray.log):
+  SYNDEO_LAUNCHER_READY          Ray is importable; waiting for `ray start` arguments
+  SYNDEO_RAY_STARTED             `ray start` returned: this node joined the cluster
+  SYNDEO_RAY_FAILED <message>    Ray could not start; the message says why
+  SYNDEO_RAY_DIED                this node's raylet ended while the job ran
+stdin: one JSON line {"args": [...], "env": {...}} with the `ray start` arguments
+and the secrets (the auth token), which never appear on a command line; end of
+stdin means "stop": every process of this namespace gets SIGTERM, then SIGKILL.
+"""
+import json
+import os
+import select
+import shutil
+import signal
+import sys
+import time
+
+# Set by main(): the protocol channel, a private copy of stdout.
+PROTO = None
+
 
 def say(*words):
-    print(*words, file=_proto, flush=True)
+    print(*words, file=PROTO, flush=True)
+
 
 def others():
+    """Every process of this PID namespace but init (1) and this one."""
     me = os.getpid()
-    pids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in (1, me):
-            pids.append(int(name))
-    return pids
+    return [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in (1, me)]
+
 
 def reap():
-    # `ray start` ran in this process, so Ray's daemons are its children: a
-    # dead one is a zombie until reaped here.
+    """`ray start` ran in this process, so Ray's daemons are its children: a
+    dead one is a zombie until reaped here."""
     try:
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
             pass
     except ChildProcessError:
         pass
+
 
 def raylet_alive():
     reap()
@@ -49,18 +57,21 @@ def raylet_alive():
             return True
     return False
 
+
 def stop_on_eof(timeout):
     """Waits up to `timeout` s for the agent's word on stdin; its end means stop."""
     ready, _, _ = select.select([sys.stdin], [], [], timeout)
     if ready and not sys.stdin.readline():
         stop_all(0)
 
+
 def stop_all(code):
-    # Our own PID namespace: -1 reaches exactly this job's Ray on this node.
-    # As Ray's own shutdown (node.py, _kill_process_impl) does, each process
-    # gets 1 s after SIGTERM. Ray's processes still starting up (the runtime
-    # env agent, the raylet) often ignore SIGTERM that long; nothing of theirs
-    # outlives the job, so waiting longer would buy nothing.
+    """Ends every process of this PID namespace and exits with `code`.
+
+    Our own PID namespace: -1 reaches exactly this job's Ray on this node. As
+    Ray's own shutdown (node.py, _kill_process_impl) does, each process gets
+    1 s after SIGTERM; Ray's processes still starting up often ignore SIGTERM
+    that long, and nothing of theirs outlives the job anyway."""
     for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 2.0)):
         try:
             os.kill(-1, sig)
@@ -68,40 +79,32 @@ def stop_all(code):
             pass
         end = time.time() + grace
         while time.time() < end:
-            try:
-                while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                    pass
-            except ChildProcessError:
-                pass
+            reap()
             if not others():
                 break
             time.sleep(0.05)
     sys.exit(code)
 
-ray = shutil.which("ray")
-if not ray:
-    say("SYNDEO_RAY_FAILED", "the image has no `ray` command on its PATH; install Ray in the image (pip install ray)")
-    sys.exit(3)
-try:
-    # Ray's modules load here, while the election runs and the head comes up;
-    # `ray start` then runs in this process and does not load them again.
-    from ray.scripts.scripts import cli as ray_cli
-except Exception as e:
-    say("SYNDEO_RAY_FAILED", f"`import ray` fails in the image: {e}")
-    sys.exit(3)
-say("SYNDEO_LAUNCHER_READY")
 
-line = sys.stdin.readline()
-if not line:
-    sys.exit(0)
-msg = json.loads(line)
-args = msg["args"]
+def load_ray():
+    """Ray's modules load here, while the election runs and the head comes up;
+    `ray start` then runs in this process and does not load them again."""
+    if not shutil.which("ray"):
+        say("SYNDEO_RAY_FAILED", "the image has no `ray` command on its PATH; install Ray in the image (pip install ray)")
+        sys.exit(3)
+    try:
+        from ray.scripts.scripts import cli
+    except Exception as e:
+        say("SYNDEO_RAY_FAILED", f"`import ray` fails in the image: {e}")
+        sys.exit(3)
+    return cli
+
 
 def client_port_if_supported(args):
-    # Whenever the image has the Ray client's dependencies (grpc), `ray start
-    # --head` runs the client server, on port 10001 unless told: every job on
-    # the node would want the same port. syndeo names a port of the job's own;
-    # without those dependencies Ray refuses the flag, so it is dropped.
+    """Whenever the image has the Ray client's dependencies (grpc), `ray start
+    --head` runs the client server, on port 10001 unless told: every job on
+    the node would want the same port. syndeo names a port of the job's own;
+    without those dependencies Ray refuses the flag, so it is dropped."""
     if "--ray-client-server-port" not in args:
         return args
     try:
@@ -113,18 +116,17 @@ def client_port_if_supported(args):
     i = args.index("--ray-client-server-port")
     return args[:i] + args[i + 2:]
 
-args = client_port_if_supported(args)
-os.environ.update(msg.get("env", {}))
-signal.signal(signal.SIGTERM, lambda *_: stop_all(0))
-def ray_start(args):
+
+def ray_start(cli, args):
     """`ray start ARGS` in this process; None when it worked, else why not."""
     try:
-        ray_cli.main(args=["start", *args], prog_name="ray", standalone_mode=False)
+        cli.main(args=["start", *args], prog_name="ray", standalone_mode=False)
         return None
     except SystemExit as e:
         return None if e.code in (0, None) else f"`ray start` exited with status {e.code}"
     except Exception as e:
         return f"`ray start` failed: {type(e).__name__}: {e}"
+
 
 def wait_for_head(args, limit):
     """A worker's `ray start` first reads the cluster's session name from the
@@ -156,16 +158,41 @@ def wait_for_head(args, limit):
         # The agent may stop this container meanwhile (the head stepped down).
         stop_on_eof(0.05)
 
-wait_for_head(args, 120)
-err = ray_start(args)
-sys.stdout.flush()
-if err:
-    say("SYNDEO_RAY_FAILED", err)
-    stop_all(4)
-say("SYNDEO_RAY_STARTED")
 
-while True:
-    stop_on_eof(0.5)
-    if not raylet_alive():
-        say("SYNDEO_RAY_DIED")
-        stop_all(5)
+def watch_raylet():
+    """Until the agent says stop: report this node's raylet ending."""
+    while True:
+        stop_on_eof(0.5)
+        if not raylet_alive():
+            say("SYNDEO_RAY_DIED")
+            stop_all(5)
+
+
+def main():
+    global PROTO
+    # The protocol channel is a private copy of stdout; fd 1 itself becomes
+    # stderr (the node's ray.log), so nothing Ray or its daemons print can
+    # reach the agent as a protocol line.
+    PROTO = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    cli = load_ray()
+    say("SYNDEO_LAUNCHER_READY")
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(0)
+    msg = json.loads(line)
+    args = client_port_if_supported(msg["args"])
+    os.environ.update(msg.get("env", {}))
+    signal.signal(signal.SIGTERM, lambda *_: stop_all(0))
+    wait_for_head(args, 120)
+    err = ray_start(cli, args)
+    sys.stdout.flush()
+    if err:
+        say("SYNDEO_RAY_FAILED", err)
+        stop_all(4)
+    say("SYNDEO_RAY_STARTED")
+    watch_raylet()
+
+
+if __name__ == "__main__":
+    main()

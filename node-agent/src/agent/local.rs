@@ -1,31 +1,20 @@
 //! The agent's local socket (`<job dir>/agent.sock`, in the user's 0700 job
-//! directory): one JSON request line, one JSON reply line.
-//!   {"op":"wait","timeout_secs":N} -> {"state":"ready","env":{...}} | {"state":"failed","error":..} | {"state":"starting","detail":..}
-//!   {"op":"status"}                -> the node's and cluster's state
-//!   {"op":"exec_spec","cwd":P}     -> {"argv":[...]}: the command prefix that runs a program in the image
-use std::io::{BufRead, BufReader, Write};
+//! directory), for the job's steps, the exec wrapper and the `syndeo`
+//! command. The messages and their versions are `syndeo_protocol::local`'s.
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::Serialize;
+use syndeo_protocol::local::{check_version, ExecSpecReply, Op, Reply, Request, StatusReply, WaitReply, MAX_LINE};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::warn;
 
 use super::ray;
-use super::state::{Local, Shared};
+use super::state::{NodeState, Shared};
 use crate::runtime::ContainerSpec;
-
-#[derive(Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-enum Request {
-    Wait { timeout_secs: u64 },
-    Status,
-    ExecSpec { cwd: Option<PathBuf> },
-}
 
 pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     let _ = std::fs::remove_file(path);
@@ -51,54 +40,67 @@ pub async fn serve(shared: Arc<Shared>, listener: UnixListener) {
 async fn handle(shared: Arc<Shared>, stream: UnixStream) {
     let (rd, mut wr) = stream.into_split();
     let mut line = String::new();
-    let mut rd = tokio::io::BufReader::new(rd.take(64 * 1024));
+    let mut rd = tokio::io::BufReader::new(rd.take(MAX_LINE as u64));
     if rd.read_line(&mut line).await.is_err() {
         return;
     }
     let reply = match serde_json::from_str::<Request>(&line) {
-        Ok(Request::Wait { timeout_secs }) => wait(&shared, Duration::from_secs(timeout_secs)).await,
-        Ok(Request::Status) => status(&shared),
-        Ok(Request::ExecSpec { cwd }) => exec_spec(&shared, cwd),
-        Err(e) => json!({ "state": "failed", "error": format!("bad request: {e}") }),
+        Ok(req) => match check_version(req.v, "request") {
+            Ok(()) => answer(&shared, req.op).await,
+            Err(e) => to_line(WaitReply::Failed { error: e }),
+        },
+        Err(e) => to_line(WaitReply::Failed { error: format!("bad request: {e}") }),
     };
-    let _ = wr.write_all(format!("{reply}\n").as_bytes()).await;
+    let _ = wr.write_all(reply.as_bytes()).await;
 }
 
-async fn wait(shared: &Shared, timeout: Duration) -> Value {
-    let mut rx = shared.local.subscribe();
-    let done = |l: &Local| !matches!(l, Local::Starting(_));
-    let _ = tokio::time::timeout(timeout, rx.wait_for(done)).await;
-    let l = rx.borrow().clone();
-    match l {
-        Local::Ready => json!({ "state": "ready", "env": shared.step_env() }),
-        Local::Failed(e) => json!({ "state": "failed", "error": e }),
-        Local::Starting(d) => json!({ "state": "starting", "detail": d }),
+async fn answer(shared: &Shared, op: Op) -> String {
+    match op {
+        Op::Wait { timeout_secs } => to_line(wait(shared, Duration::from_secs(timeout_secs)).await),
+        Op::Status => to_line(status(shared)),
+        Op::ExecSpec { cwd } => to_line(exec_spec(shared, cwd)),
     }
 }
 
-fn status(shared: &Shared) -> Value {
-    let v = shared.view.borrow().clone();
-    let (state, detail) = match &*shared.local.borrow() {
-        Local::Ready => ("ready", String::new()),
-        Local::Starting(d) => ("starting", d.clone()),
-        Local::Failed(e) => ("failed", e.clone()),
-    };
-    json!({
-        "job": shared.spec.job_id,
-        "node": shared.spec.node,
-        "role": format!("{:?}", *shared.role.borrow()),
-        "state": state,
-        "detail": detail,
-        "head": v.head_node,
-        "ray_address": v.gcs_address,
-        "nodes": shared.spec.nodes,
-        "ready_nodes": shared.ready_nodes(),
-        "dashboard_url": v.dashboard_url,
-        "runtime": shared.runtime.name(),
-    })
+fn to_line<T: Serialize>(body: T) -> String {
+    serde_json::to_string(&Reply::new(body)).expect("replies serialize") + "\n"
 }
 
-fn exec_spec(shared: &Shared, cwd: Option<PathBuf>) -> Value {
+async fn wait(shared: &Shared, timeout: Duration) -> WaitReply {
+    let mut rx = shared.node_state.subscribe();
+    let done = |s: &NodeState| !matches!(s, NodeState::Starting(_));
+    let _ = tokio::time::timeout(timeout, rx.wait_for(done)).await;
+    let state = rx.borrow().clone();
+    match state {
+        NodeState::Ready => WaitReply::Ready { env: shared.step_env() },
+        NodeState::Failed(error) => WaitReply::Failed { error },
+        NodeState::Starting(detail) => WaitReply::Starting { detail },
+    }
+}
+
+fn status(shared: &Shared) -> StatusReply {
+    let v = shared.view.borrow().clone();
+    let (state, detail) = match &*shared.node_state.borrow() {
+        NodeState::Ready => ("ready", String::new()),
+        NodeState::Starting(d) => ("starting", d.clone()),
+        NodeState::Failed(e) => ("failed", e.clone()),
+    };
+    StatusReply {
+        job: shared.spec.job_id,
+        node: shared.spec.node.clone(),
+        role: shared.role.borrow().describe(),
+        state: state.into(),
+        detail,
+        head: v.head_node,
+        ray_address: v.gcs_address,
+        nodes: shared.spec.nodes.clone(),
+        ready_nodes: shared.ready_nodes(),
+        dashboard_url: v.dashboard_url,
+        runtime: shared.runtime.name().into(),
+    }
+}
+
+fn exec_spec(shared: &Shared, cwd: Option<PathBuf>) -> ExecSpecReply {
     let spec = &shared.spec;
     let result = spec.image_path().and_then(|image| {
         let cwd = cwd.unwrap_or_else(|| spec.workdir.clone());
@@ -111,21 +113,10 @@ fn exec_spec(shared: &Shared, cwd: Option<PathBuf>) -> Value {
             gpus: spec.gpus.clone(),
             own_pid_namespace: false,
         };
-        shared.runtime.command(&cs, &[])
+        shared.runtime.command(&cs, &[]).map_err(|f| f.to_string())
     });
     match result {
-        Ok(argv) => json!({ "argv": argv }),
-        Err(e) => json!({ "error": e }),
+        Ok(argv) => ExecSpecReply::Argv { argv },
+        Err(error) => ExecSpecReply::Error { error },
     }
-}
-
-/// Synchronous client, for the exec wrapper and the `syndeo` command.
-pub fn request(socket: &Path, req: &Value, timeout: Duration) -> anyhow::Result<Value> {
-    let stream = std::os::unix::net::UnixStream::connect(socket)
-        .map_err(|e| anyhow::anyhow!("cannot reach the node agent at {}: {e}", socket.display()))?;
-    stream.set_read_timeout(Some(timeout))?;
-    (&stream).write_all(format!("{req}\n").as_bytes())?;
-    let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line)?;
-    Ok(serde_json::from_str(&line)?)
 }

@@ -2,6 +2,8 @@
 //! carries the job's bearer token; an agent answers only its own job, so a
 //! peer that reaches another job's agent on a shared port moves on to the
 //! next candidate port.
+// tonic's handlers and streams return `tonic::Status`, which is large.
+#![allow(clippy::result_large_err)]
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +18,8 @@ use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use super::state::{Local, Role, Shared};
+use super::state::{NodeState, Role, Shared};
+use super::view;
 use crate::secret::tokens_equal;
 
 pub mod pb {
@@ -92,10 +95,10 @@ impl Mesh for MeshService {
             Role::Undecided => (PbRole::Undecided, String::new()),
             Role::Head => (PbRole::Head, self.shared.spec.node.clone()),
             Role::Follower(h) => (PbRole::Follower, h.clone()),
-            Role::Out => (PbRole::Out, String::new()),
+            Role::SteppedDown => (PbRole::SteppedDown, String::new()),
         };
-        let failed = match &*self.shared.local.borrow() {
-            Local::Failed(m) => m.clone(),
+        let failed = match &*self.shared.node_state.borrow() {
+            NodeState::Failed(m) => m.clone(),
             _ => String::new(),
         };
         let reply = pb::JoinReply { role: role as i32, head_node, failed };
@@ -130,7 +133,7 @@ impl Mesh for MeshService {
         }
         info!(node = %r.node, ok = r.ok, message = %r.message, "worker report");
         let result = if r.ok { Ok(()) } else { Err(r.message) };
-        super::head::record_report(&self.shared, r.node, result).await;
+        view::record_report(&self.shared, r.node, result).await;
         Ok(Response::new(pb::ReportAck {}))
     }
 }
@@ -173,7 +176,8 @@ pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(MeshClient<Channel>, p
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::spec_for_tests;
+    use crate::agent::launcher::NoopLauncher;
+    use crate::job::simulated_spec;
 
     fn with_token<T>(msg: T, token: Option<&str>) -> Request<T> {
         let mut r = Request::new(msg);
@@ -186,7 +190,7 @@ mod tests {
     /// A real tonic server on loopback: only calls with this job's token and id get an answer.
     #[tokio::test]
     async fn mesh_calls_without_the_jobs_token_or_for_another_job_are_refused() {
-        let shared = Arc::new(Shared::new(spec_for_tests(7, &["n1", "n2"], 0), "a".repeat(64)));
+        let shared = Arc::new(Shared::new(simulated_spec(7, &["n1", "n2"], 0), "a".repeat(64), Arc::new(NoopLauncher)));
         shared.role.send_replace(Role::Head);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

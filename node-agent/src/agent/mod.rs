@@ -1,17 +1,26 @@
-//! The node agent (`syndeo-agent serve`, kept running by `supervisor.rs`),
-//! one per node and job, running as the job user. It serves the local socket
-//! for job steps, joins the mesh of the job's agents, elects a head, runs Ray
-//! in the container, and stops it all on SIGTERM from the epilog. An agent
+//! The node agent (`syndeo-agent serve`, kept running by the supervisor), one
+//! per node and job, running as the job user. It serves the local socket for
+//! job steps, joins the mesh of the job's agents, elects a head, runs Ray in
+//! the container, and stops it all on SIGTERM from the epilog. An agent
 //! started again after it was killed rejoins the cluster as a worker.
+//!
+//! Who calls whom: `lifecycle` orchestrates `election`, then `head` or
+//! `worker`; those use `node_ray` (this node's Ray, through the `launcher`
+//! seam: `container` in production) and `view` (the cluster view). `mesh`
+//! and `local` serve RPCs from `state` and `view`, never from the roles.
+mod container;
 mod election;
 mod head;
+pub mod launcher;
 mod lifecycle;
 mod local;
 mod mesh;
-#[cfg(feature = "mesh-bench")]
-pub mod meshbench;
-mod ray;
+mod node_ray;
+mod part;
+pub mod ray;
+pub mod simulate;
 mod state;
+mod view;
 mod worker;
 
 use std::path::Path;
@@ -21,42 +30,48 @@ use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::info;
 
-use crate::job::{JobSpec, LOG_FILE, SECRET_FILE, SPEC_FILE};
-use crate::secret;
-pub use local::request as local_request;
-use state::Shared;
+pub use container::{ContainerLauncher, LAUNCHER_SCRIPT};
+pub use state::{NodeState, Role, Shared};
 
-/// `restart`: this is the Nth start after the agent ended unexpectedly, and how.
-pub fn run(job_dir: &Path, restart: Option<(u32, String)>) -> Result<()> {
+use crate::job::{JobSpec, SECRET_FILE, SPEC_FILE};
+use crate::secret;
+
+/// `syndeo-agent serve`. `restart`: this is the Nth start after the agent
+/// ended unexpectedly, and how.
+pub fn serve(job_dir: &Path, restart: Option<(u32, String)>) -> Result<()> {
     crate::supervisor::unblock_for_agent();
     let spec: JobSpec =
         serde_json::from_str(&std::fs::read_to_string(job_dir.join(SPEC_FILE))?).context("reading the job spec")?;
     let job_secret = std::fs::read_to_string(job_dir.join(SECRET_FILE))?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join(LOG_FILE))?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(spec.dir().agent_log())?;
     tracing_subscriber::fmt()
         .with_writer(std::sync::Mutex::new(log))
         .with_ansi(false)
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SYNDEO_LOG").unwrap_or_else(|_| "info".into()))
         .init();
+    let mut shared = Shared::new(spec, secret::mesh_token(&job_secret), Arc::new(ContainerLauncher));
+    shared.restart = restart;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(async move {
-        let mut shared = Shared::new(spec, secret::mesh_token(&job_secret));
-        shared.restart = restart;
-        let shared = Arc::new(shared);
-        info!(job = shared.spec.job_id, node = %shared.spec.node, index = shared.spec.index, restart = ?shared.restart, "agent started");
-        let listener = local::bind(&shared.spec.socket())?;
-        tokio::spawn(local::serve(shared.clone(), listener));
-        let mut term = signal(SignalKind::terminate())?;
-        let life = tokio::spawn(lifecycle::run(shared.clone()));
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM: stopping Ray"),
-            r = life => info!("lifecycle ended: {r:?}"),
-        }
-        lifecycle::stop(&shared).await;
-        info!("agent exits");
-        Ok::<_, anyhow::Error>(())
-    })?;
+    rt.block_on(run_until_stopped(Arc::new(shared)))?;
     // Ray is stopped; the tasks left (the mesh and local servers) need no wait.
     rt.shutdown_background();
+    Ok(())
+}
+
+/// Serves the local socket and runs this node's lifecycle until SIGTERM,
+/// then stops Ray.
+async fn run_until_stopped(shared: Arc<Shared>) -> Result<()> {
+    let spec = &shared.spec;
+    info!(job = spec.job_id, node = %spec.node, index = spec.index, restart = ?shared.restart, "agent started");
+    let listener = local::bind(&spec.dir().socket())?;
+    tokio::spawn(local::serve(shared.clone(), listener));
+    let mut term = signal(SignalKind::terminate())?;
+    let life = tokio::spawn(lifecycle::run(shared.clone()));
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: stopping Ray"),
+        r = life => info!("lifecycle ended: {r:?}"),
+    }
+    lifecycle::stop(&shared).await;
+    info!("agent exits");
     Ok(())
 }

@@ -1,22 +1,14 @@
-//! Ray on this node: the `ray start` arguments (every port and directory per
-//! job, so two jobs on a node never collide), and the container process that
-//! runs syndeo's launcher (launcher.py) around `ray start`.
+//! Ray on this node, as data: the `ray start` arguments (every port and
+//! directory per job, so two jobs on a node never collide) and the container
+//! Ray runs in. Nothing here starts a process.
 use std::net::{IpAddr, TcpListener};
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
-use anyhow::{Context, Result};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::mpsc;
-use tracing::{info, warn};
+use anyhow::Result;
+use syndeo_protocol::env::JOB_MARKER;
 
-use crate::job::{JobSpec, JOB_MARKER_ENV};
+use crate::job::JobSpec;
 use crate::runtime::{Bind, ContainerSpec};
-
-pub const LAUNCHER: &str = include_str!("launcher.py");
-pub const RAY_LOG: &str = "ray.log";
 
 /// A port the OS says is free on `ip` now.
 pub fn free_port(ip: IpAddr) -> Result<u16> {
@@ -118,29 +110,6 @@ pub fn worker_args(
     a
 }
 
-/// What the head's agent asks Slurm once (as the job user: `scontrol show
-/// job -d`): memory per node, and the job's stderr file. Empty if Slurm does
-/// not say in time.
-#[derive(Debug, Default)]
-pub struct SlurmJob {
-    pub memory_mb: std::collections::BTreeMap<String, u64>,
-    pub stderr: Option<String>,
-}
-
-pub async fn slurm_job(job_id: u32) -> SlurmJob {
-    let query = Command::new("scontrol").args(["show", "job", "-d", &job_id.to_string()]).stdin(Stdio::null()).output();
-    match tokio::time::timeout(Duration::from_secs(10), query).await {
-        Ok(Ok(o)) if o.status.success() => {
-            let text = String::from_utf8_lossy(&o.stdout);
-            SlurmJob { memory_mb: crate::alloc::mem_per_node(&text), stderr: crate::alloc::job_stderr(&text) }
-        }
-        other => {
-            warn!("cannot ask scontrol about the job ({other:?}); Ray gets the site's object store size only");
-            SlurmJob::default()
-        }
-    }
-}
-
 /// Binds shared by Ray's container and `srun --syndeo` containers.
 pub fn job_binds(spec: &JobSpec, cwd: &Path) -> Vec<Bind> {
     let mut b = vec![Bind::rw(&spec.temp_dir), Bind { src: spec.shm_dir.clone(), dst: "/dev/shm".into(), ro: false }];
@@ -168,7 +137,7 @@ pub fn ray_container(spec: &JobSpec, image: &Path, ports: &NodePorts) -> Contain
         ("AUTOSCALER_METRIC_PORT", ports.autoscaler_metrics.to_string()),
         ("DASHBOARD_METRIC_PORT", ports.dashboard_metrics.to_string()),
         ("CUDA_VISIBLE_DEVICES", spec.gpus.join(",")),
-        (JOB_MARKER_ENV, spec.job_id.to_string()),
+        (JOB_MARKER, spec.job_id.to_string()),
         ("PYTHONUNBUFFERED", "1".into()),
         // Workers start alongside the head and wait for its GCS this long.
         ("RAY_gcs_rpc_server_connect_timeout_s", spec.config.startup_timeout.to_string()),
@@ -184,100 +153,9 @@ pub fn ray_container(spec: &JobSpec, image: &Path, ports: &NodePorts) -> Contain
     }
 }
 
-/// What the launcher said.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    LauncherReady,
-    Started,
-    Failed(String),
-    Died,
-    Exited,
-}
-
-pub fn parse_event(line: &str) -> Option<Event> {
-    let (word, rest) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
-    match word {
-        "SYNDEO_LAUNCHER_READY" => Some(Event::LauncherReady),
-        "SYNDEO_RAY_STARTED" => Some(Event::Started),
-        "SYNDEO_RAY_FAILED" => Some(Event::Failed(rest.to_string())),
-        "SYNDEO_RAY_DIED" => Some(Event::Died),
-        _ => None,
-    }
-}
-
-pub struct RayProcess {
-    /// None for the mesh-scale benchmark's no-op launcher.
-    child: Option<Child>,
-    stdin: Option<ChildStdin>,
-    /// The no-op launcher's events: `start` answers at once.
-    noop: Option<mpsc::Sender<Event>>,
-}
-
-impl RayProcess {
-    /// Starts the container with the launcher; events arrive on the returned channel.
-    pub fn spawn(argv: &[String], log_dir: &Path) -> Result<(RayProcess, mpsc::Receiver<Event>)> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(log_dir.join(RAY_LOG))?;
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .with_context(|| format!("starting the container runtime {}", argv[0]))?;
-        let stdout = child.stdout.take().expect("piped");
-        let stdin = child.stdin.take();
-        let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(ev) = parse_event(&line) {
-                    info!(?ev, "launcher");
-                    let _ = tx.send(ev).await;
-                }
-            }
-            let _ = tx.send(Event::Exited).await;
-        });
-        Ok((RayProcess { child: Some(child), stdin, noop: None }, rx))
-    }
-
-    /// The mesh-scale benchmark's stand-in for the container: no process; it
-    /// is ready at once and answers `ray start` with "started".
-    #[cfg(feature = "mesh-bench")]
-    pub fn noop() -> (RayProcess, mpsc::Receiver<Event>) {
-        let (tx, rx) = mpsc::channel(4);
-        tx.try_send(Event::LauncherReady).expect("room in a fresh channel");
-        (RayProcess { child: None, stdin: None, noop: Some(tx) }, rx)
-    }
-
-    /// Hands the launcher the `ray start` arguments and the auth token.
-    pub async fn start(&mut self, args: &[String], ray_token: &str) -> Result<()> {
-        if let Some(tx) = &self.noop {
-            return tx.send(Event::Started).await.context("no-op launcher gone");
-        }
-        let line = serde_json::json!({ "args": args, "env": { "RAY_AUTH_TOKEN": ray_token } }).to_string() + "\n";
-        let stdin = self.stdin.as_mut().context("launcher stdin closed")?;
-        stdin.write_all(line.as_bytes()).await?;
-        stdin.flush().await?;
-        Ok(())
-    }
-
-    /// Ends Ray gracefully (end of stdin), then kills the container after `grace`.
-    pub async fn stop(mut self, grace: Duration) {
-        drop(self.stdin.take());
-        let Some(mut child) = self.child.take() else { return };
-        match tokio::time::timeout(grace, child.wait()).await {
-            Ok(_) => info!("Ray container stopped"),
-            Err(_) => {
-                warn!("Ray container still running after {grace:?}; killing it");
-                let _ = child.kill().await;
-            }
-        }
-    }
-}
-
 /// The last lines of this node's Ray log, for error messages.
-pub fn log_tail(dir: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(dir.join(RAY_LOG)).unwrap_or_default();
+pub fn log_tail(spec: &JobSpec, lines: usize) -> String {
+    let text = std::fs::read_to_string(spec.dir().ray_log()).unwrap_or_default();
     let v: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     v[v.len().saturating_sub(lines)..].join(" | ")
 }
@@ -287,7 +165,7 @@ mod tests {
     use super::*;
 
     fn spec() -> JobSpec {
-        crate::job::spec_for_tests(9, &["n1"], 0)
+        crate::job::simulated_spec(9, &["n1"], 0)
     }
 
     #[test]
@@ -328,20 +206,5 @@ mod tests {
         assert!(on.windows(2).any(|w| w[0] == "--include-dashboard" && w[1] == "true"), "{on:?}");
         assert!(on.windows(2).any(|w| w[0] == "--dashboard-host" && w[1] == "10.0.0.1"), "{on:?}");
         assert!(!on.iter().any(|a| a == "0.0.0.0"), "{on:?}");
-    }
-
-    #[test]
-    fn launcher_lines_parse_and_other_output_is_ignored() {
-        assert_eq!(parse_event("SYNDEO_RAY_STARTED\n"), Some(Event::Started));
-        assert_eq!(parse_event("SYNDEO_RAY_FAILED no ray here"), Some(Event::Failed("no ray here".into())));
-        assert_eq!(parse_event("Ray runtime started."), None);
-    }
-
-    #[test]
-    fn launcher_script_speaks_the_protocol_the_agent_parses() {
-        for word in ["SYNDEO_LAUNCHER_READY", "SYNDEO_RAY_STARTED", "SYNDEO_RAY_FAILED", "SYNDEO_RAY_DIED"] {
-            assert!(LAUNCHER.contains(word), "{word}");
-            assert!(parse_event(word).is_some(), "{word}");
-        }
     }
 }

@@ -1,30 +1,43 @@
 //! What one agent knows and shares between its tasks: the job, its role in
 //! the election, the cluster view (authoritative on the head, a mirror on
-//! workers), this node's own state, and the Ray container.
+//! workers), this node's own state, and its Ray.
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{watch, Mutex};
 
+use super::launcher::{Launcher, RayNode};
 use super::mesh::pb::ClusterView;
-use super::ray::RayProcess;
 use crate::job::JobSpec;
 use crate::runtime::{self, ContainerRuntime};
 
+/// This node's part in the election.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Role {
     Undecided,
     Head,
     Follower(String),
-    /// Its Ray failed as head before the cluster was ready: electing again
-    /// without itself, to rejoin as a worker.
-    Out,
+    /// It was head, and its Ray failed before the cluster was ready: the
+    /// others elect again without it, and it rejoins as a worker.
+    SteppedDown,
 }
 
-/// This node's state as job steps see it.
+impl Role {
+    /// For `syndeo status`.
+    pub fn describe(&self) -> String {
+        match self {
+            Role::Undecided => "electing a head".into(),
+            Role::Head => "head".into(),
+            Role::Follower(h) => format!("worker of {h}"),
+            Role::SteppedDown => "stepped down as head; rejoining as a worker".into(),
+        }
+    }
+}
+
+/// This node's state as the job's steps see it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Local {
+pub enum NodeState {
     Starting(String),
     Ready,
     Failed(String),
@@ -33,6 +46,7 @@ pub enum Local {
 pub struct Shared {
     pub spec: JobSpec,
     pub runtime: Box<dyn ContainerRuntime>,
+    pub launcher: Arc<dyn Launcher>,
     pub mesh_token: String,
     pub role: watch::Sender<Role>,
     pub view: watch::Sender<ClusterView>,
@@ -40,10 +54,10 @@ pub struct Shared {
     /// per-node lists (see `ClusterView.ready_hostlist`); it changes only
     /// when the phase or the cluster's addresses do, a few times per job.
     pub broadcast: watch::Sender<ClusterView>,
-    pub local: watch::Sender<Local>,
+    pub node_state: watch::Sender<NodeState>,
     /// Head only: each worker's report (Ok, or why its Ray could not join).
     pub reports: Mutex<BTreeMap<String, Result<(), String>>>,
-    pub ray: Mutex<Option<RayProcess>>,
+    pub ray: Mutex<Option<Box<dyn RayNode>>>,
     /// The job's nodes, for lookups (the head's; made on first use).
     node_set: OnceLock<BTreeSet<String>>,
     /// Worker: this node's Ray joined the cluster and the head was told so.
@@ -52,40 +66,35 @@ pub struct Shared {
     /// ended: it rejoins as a worker, and says so once in the job's stderr.
     pub restart: Option<(u32, String)>,
     restart_told: AtomicBool,
-    /// The mesh-scale benchmark's agents launch a no-op in place of Ray.
-    #[cfg(feature = "mesh-bench")]
-    pub noop_ray: bool,
 }
 
 impl Shared {
-    pub fn new(spec: JobSpec, mesh_token: String) -> Shared {
-        let runtime = runtime::from_config(&spec.config);
+    pub fn new(spec: JobSpec, mesh_token: String, launcher: Arc<dyn Launcher>) -> Shared {
         Shared {
-            runtime,
+            runtime: runtime::from_config(&spec.config),
+            launcher,
             mesh_token,
             role: watch::channel(Role::Undecided).0,
             view: watch::channel(ClusterView::default()).0,
             broadcast: watch::channel(ClusterView::default()).0,
-            local: watch::channel(Local::Starting("electing a head".into())).0,
+            node_state: watch::channel(NodeState::Starting("electing a head".into())).0,
             reports: Mutex::new(BTreeMap::new()),
             ray: Mutex::new(None),
             joined: AtomicBool::new(false),
             restart: None,
             restart_told: AtomicBool::new(false),
             node_set: OnceLock::new(),
-            #[cfg(feature = "mesh-bench")]
-            noop_ray: false,
             spec,
         }
     }
 
-    pub fn set_local(&self, l: Local) {
-        self.local.send_if_modified(|cur| {
+    pub fn set_state(&self, s: NodeState) {
+        self.node_state.send_if_modified(|cur| {
             // A failure is final.
-            if matches!(cur, Local::Failed(_)) || *cur == l {
+            if matches!(cur, NodeState::Failed(_)) || *cur == s {
                 return false;
             }
-            *cur = l;
+            *cur = s;
             true
         });
     }
@@ -93,7 +102,7 @@ impl Shared {
     pub fn fail(&self, msg: impl Into<String>) {
         let msg = msg.into();
         tracing::error!("{msg}");
-        self.set_local(Local::Failed(msg));
+        self.set_state(NodeState::Failed(msg));
     }
 
     /// The nodes in the ready cluster: the head's own list, or on a worker
@@ -142,7 +151,7 @@ impl Shared {
         env.insert("RAY_AUTH_MODE".into(), "token".into());
         env.insert("RAY_AUTH_TOKEN".into(), v.ray_token.clone());
         env.insert("RAY_USAGE_STATS_ENABLED".into(), "0".into());
-        env.insert("SYNDEO_JOB_DIR".into(), s.job_dir.display().to_string());
+        env.insert(syndeo_protocol::env::JOB_DIR.into(), s.job_dir.display().to_string());
         env.insert("SYNDEO_HEAD".into(), v.head_node.clone());
         env.insert("SYNDEO_NODES".into(), self.ready_nodes().join(","));
         if !v.dashboard_url.is_empty() {

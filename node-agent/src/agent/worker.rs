@@ -7,19 +7,38 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tonic::transport::Channel;
+use tonic::Streaming;
 use tracing::{info, warn};
 
-use super::lifecycle::{job_notice, spawn_container, start_ray, stop_ray, sync_local, End, Prepared};
+use super::launcher::Event;
 use super::mesh::authed;
 use super::mesh::pb::{cluster_view::Phase, mesh_client::MeshClient, ClusterView, NodeReport, WatchRequest};
-use super::ray::{self, Event, NodePorts};
+use super::node_ray::{job_notice, launch, start_ray, stop_ray};
+use super::part::{End, Prepared};
+use super::ray::{self, NodePorts};
 use super::state::Shared;
+use super::view::sync_node_state;
 
 /// How long a worker whose Ray failed before the cluster was ready waits to
 /// hear that the head itself dropped out (its GCS going away fails the
 /// workers' `ray start` too), before it reports the failure as its own.
 const HEAD_NEWS_GRACE: Duration = Duration::from_secs(3);
+
+/// A worker's connection to its head and what it knows of its own Ray.
+struct Worker<'a> {
+    shared: &'a Arc<Shared>,
+    ip: IpAddr,
+    head: MeshClient<Channel>,
+    head_node: String,
+    events: mpsc::Receiver<Event>,
+    ports: NodePorts,
+    /// `ray start` was sent (whether it joined is `shared.has_joined()`).
+    sent: bool,
+    /// Restarts of this node's Ray while the job ran, so far.
+    restarts: u32,
+}
 
 pub async fn run(
     shared: &Arc<Shared>,
@@ -28,111 +47,159 @@ pub async fn run(
     head_node: String,
     prepared: Prepared,
 ) -> End {
-    let spec = &shared.spec;
-    let report = |ok: bool, message: String| {
-        authed(shared, NodeReport { job_id: spec.job_id, node: spec.node.clone(), ok, message })
-    };
-    let (mut events, mut ports) = match prepared {
+    let (events, ports) = match prepared {
         Ok(p) => p,
-        Err(m) => {
-            let _ = head.report(report(false, m.clone())).await;
-            return End::Failed(m);
+        Err(f) => {
+            let _ = head.report(report(shared, false, f.to_string())).await;
+            return f.into();
         }
     };
-    let req = authed(shared, WatchRequest { job_id: spec.job_id, node: spec.node.clone() });
-    let mut stream = match head.watch(req).await {
-        Ok(s) => s.into_inner(),
-        // It was head when we asked, and no longer is: elect again.
-        Err(e) if e.code() == tonic::Code::FailedPrecondition => {
-            return End::Reelect { head: head_node, lost: false, why: "it stepped down".into() }
-        }
-        Err(e) => return End::Failed(format!("cannot watch the head node {head_node}: {}", e.message())),
+    let mut stream = match open_watch(shared, &mut head, &head_node).await {
+        Ok(s) => s,
+        Err(end) => return end,
     };
-    // `ray start` was sent / restarts so far (whether this node's Ray joined
-    // is `shared.has_joined()`).
-    let (mut sent, mut restarts) = (false, 0u32);
+    let mut w = Worker { shared, ip, head, head_node, events, ports, sent: false, restarts: 0 };
     loop {
         tokio::select! {
             msg = stream.message() => {
-                let v = match msg {
-                    Ok(Some(v)) => v,
-                    _ => return lost_head(shared, &head_node, "its agent stopped answering"),
-                };
-                if let Some(end) = follow(shared, &head_node, v) {
+                if let Some(end) = w.on_view(msg).await {
                     return end;
                 }
-                if !sent && !shared.view.borrow().gcs_address.is_empty() {
-                    sent = true;
-                    start_worker_ray(shared, ip, &ports).await;
-                }
             }
-            ev = events.recv(), if sent => {
-                let failure = match ev {
-                    Some(Event::LauncherReady) => continue,
-                    Some(Event::Started) if !shared.has_joined() => {
-                        info!("Ray worker joined");
-                        if restarts > 0 {
-                            job_notice(shared, &format!(
-                                "syndeo: the Ray node on {} died while the job ran; restarted it ({restarts} of {}) and it rejoined the cluster",
-                                spec.node, spec.config.ray_restarts
-                            ));
-                        }
-                        if let Err(e) = head.report(report(true, String::new())).await {
-                            return lost_head(shared, &head_node, e.message());
-                        }
-                        shared.set_joined(true);
-                        sync_local(shared);
-                        if let Some(line) = shared.restart_notice() {
-                            job_notice(shared, &line);
-                        }
-                        continue;
-                    }
-                    Some(Event::Started) => continue,
-                    Some(Event::Died) | Some(Event::Exited) | None if shared.has_joined() && restarts < spec.config.ray_restarts => {
-                        restarts += 1;
-                        shared.set_joined(false);
-                        warn!(restarts, "this node's Ray died while the job ran: {}; restarting it", ray::log_tail(&spec.job_dir, 3));
-                        stop_ray(shared, Duration::from_secs(2)).await;
-                        let (proc_, ev, p) = match spawn_container(shared, ip) {
-                            Ok(c) => c,
-                            Err(m) => return End::Failed(m),
-                        };
-                        shared.ray.lock().await.replace(proc_);
-                        (events, ports) = (ev, p);
-                        start_worker_ray(shared, ip, &ports).await;
-                        continue;
-                    }
-                    Some(Event::Failed(m)) => format!("Ray worker on {}: {m}", spec.node),
-                    Some(Event::Died) | Some(Event::Exited) | None if shared.has_joined() => {
-                        format!("the Ray node on {} ended while the job ran: {}", spec.node, ray::log_tail(&spec.job_dir, 3))
-                    }
-                    Some(Event::Died) | Some(Event::Exited) | None => {
-                        format!("Ray worker on {}: the container ended early: {}", spec.node, ray::log_tail(&spec.job_dir, 4))
-                    }
-                };
-                // Before the cluster is ready, the cause may be the head's
-                // Ray going away: then this is the head's news, not ours.
-                if shared.view.borrow().phase() != Phase::Ready {
-                    let news = async {
-                        loop {
-                            match stream.message().await {
-                                Ok(Some(v)) => {
-                                    if let Some(end) = follow(shared, &head_node, v) {
-                                        return end;
-                                    }
-                                }
-                                _ => return lost_head(shared, &head_node, "its agent stopped answering"),
-                            }
-                        }
-                    };
-                    if let Ok(end) = tokio::time::timeout(HEAD_NEWS_GRACE, news).await {
-                        return end;
-                    }
+            ev = w.events.recv(), if w.sent => {
+                if let Some(end) = w.on_event(ev, &mut stream).await {
+                    return end;
                 }
-                let _ = head.report(report(false, failure.clone())).await;
-                return End::Failed(failure);
             }
         }
+    }
+}
+
+fn report(shared: &Shared, ok: bool, message: String) -> tonic::Request<NodeReport> {
+    let spec = &shared.spec;
+    authed(shared, NodeReport { job_id: spec.job_id, node: spec.node.clone(), ok, message })
+}
+
+/// The head's stream of cluster views.
+async fn open_watch(
+    shared: &Shared,
+    head: &mut MeshClient<Channel>,
+    head_node: &str,
+) -> Result<Streaming<ClusterView>, End> {
+    let req = authed(shared, WatchRequest { job_id: shared.spec.job_id, node: shared.spec.node.clone() });
+    match head.watch(req).await {
+        Ok(s) => Ok(s.into_inner()),
+        // It was head when we asked, and no longer is: elect again.
+        Err(e) if e.code() == tonic::Code::FailedPrecondition => {
+            Err(End::Reelect { head: head_node.to_string(), lost: false, why: "it stepped down".into() })
+        }
+        Err(e) => Err(End::Failed(format!("cannot watch the head node {head_node}: {}", e.message()))),
+    }
+}
+
+impl Worker<'_> {
+    /// A view from the head (or the stream's end): mirror it, and start this
+    /// node's Ray once the head's GCS is up.
+    async fn on_view(&mut self, msg: Result<Option<ClusterView>, tonic::Status>) -> Option<End> {
+        let Ok(Some(v)) = msg else {
+            return Some(lost_head(self.shared, &self.head_node, "its agent stopped answering"));
+        };
+        if let Some(end) = follow(self.shared, &self.head_node, v) {
+            return Some(end);
+        }
+        if !self.sent && !self.shared.view.borrow().gcs_address.is_empty() {
+            self.sent = true;
+            start_worker_ray(self.shared, self.ip, &self.ports).await;
+        }
+        None
+    }
+
+    /// An event of this node's launcher, once `ray start` was sent.
+    async fn on_event(&mut self, ev: Option<Event>, stream: &mut Streaming<ClusterView>) -> Option<End> {
+        let spec = &self.shared.spec;
+        let joined = self.shared.has_joined();
+        let failure = match ev {
+            Some(Event::LauncherReady) => return None,
+            Some(Event::Started) if !joined => return self.joined().await,
+            Some(Event::Started) => return None,
+            Some(Event::Died) | Some(Event::Exited) | None if joined && self.restarts < spec.config.ray_restarts => {
+                return self.restart_ray().await
+            }
+            Some(Event::Failed(m)) => format!("Ray worker on {}: {m}", spec.node),
+            Some(Event::Died) | Some(Event::Exited) | None if joined => {
+                format!("the Ray node on {} ended while the job ran: {}", spec.node, ray::log_tail(spec, 3))
+            }
+            Some(Event::Died) | Some(Event::Exited) | None => {
+                format!("Ray worker on {}: the container ended early: {}", spec.node, ray::log_tail(spec, 4))
+            }
+        };
+        Some(self.failed(failure, stream).await)
+    }
+
+    /// This node's Ray joined: tell the head, and the job if it was a restart.
+    async fn joined(&mut self) -> Option<End> {
+        let (shared, spec) = (self.shared, &self.shared.spec);
+        info!("Ray worker joined");
+        if self.restarts > 0 {
+            job_notice(shared, &format!(
+                "syndeo: the Ray node on {} died while the job ran; restarted it ({} of {}) and it rejoined the cluster",
+                spec.node, self.restarts, spec.config.ray_restarts
+            ));
+        }
+        if let Err(e) = self.head.report(report(shared, true, String::new())).await {
+            return Some(lost_head(shared, &self.head_node, e.message()));
+        }
+        shared.set_joined(true);
+        sync_node_state(shared);
+        if let Some(line) = shared.restart_notice() {
+            job_notice(shared, &line);
+        }
+        None
+    }
+
+    /// This node's Ray died while the job ran: a fresh container rejoins.
+    async fn restart_ray(&mut self) -> Option<End> {
+        let shared = self.shared;
+        self.restarts += 1;
+        shared.set_joined(false);
+        warn!(
+            restarts = self.restarts,
+            "this node's Ray died while the job ran: {}; restarting it",
+            ray::log_tail(&shared.spec, 3)
+        );
+        stop_ray(shared, Duration::from_secs(2)).await;
+        match launch(shared, self.ip).await {
+            Ok((events, ports)) => (self.events, self.ports) = (events, ports),
+            Err(f) => return Some(f.into()),
+        }
+        start_worker_ray(shared, self.ip, &self.ports).await;
+        None
+    }
+
+    /// This node's Ray could not join. Before the cluster is ready, the
+    /// cause may be the head's Ray going away: then this is the head's news,
+    /// not ours. Otherwise the head hears of it.
+    async fn failed(&mut self, failure: String, stream: &mut Streaming<ClusterView>) -> End {
+        let shared = self.shared;
+        if shared.view.borrow().phase() != Phase::Ready {
+            let news = async {
+                loop {
+                    match stream.message().await {
+                        Ok(Some(v)) => {
+                            if let Some(end) = follow(shared, &self.head_node, v) {
+                                return end;
+                            }
+                        }
+                        _ => return lost_head(shared, &self.head_node, "its agent stopped answering"),
+                    }
+                }
+            };
+            if let Ok(end) = tokio::time::timeout(HEAD_NEWS_GRACE, news).await {
+                return end;
+            }
+        }
+        let _ = self.head.report(report(shared, false, failure.clone())).await;
+        End::Failed(failure)
     }
 }
 
@@ -145,7 +212,7 @@ fn follow(shared: &Shared, head_node: &str, v: ClusterView) -> Option<End> {
         return Some(End::Reelect { head: head_node.to_string(), lost: false, why });
     }
     shared.view.send_replace(v);
-    sync_local(shared);
+    sync_node_state(shared);
     (phase == Phase::Failed).then(|| End::Failed(shared.view.borrow().message.clone()))
 }
 

@@ -12,10 +12,10 @@ use nix::unistd::Pid;
 
 use crate::cli::EpilogArgs;
 use crate::config::Config;
-use crate::job::JOB_MARKER_ENV;
 use crate::root::dirs::remove_in_root_base;
 use crate::root::procs::{self, job_processes};
 use crate::root::prolog::AGENTS_DIR;
+use syndeo_protocol::env::JOB_MARKER;
 
 pub fn run(a: &EpilogArgs) -> Result<()> {
     let c = &a.common;
@@ -58,7 +58,7 @@ fn read_record(path: &Path) -> Option<(i32, u64)> {
 fn kill_all(uid: u32, job: &str, session: Option<i32>) -> Vec<i32> {
     let mut left = Vec::new();
     for _ in 0..100 {
-        left = job_processes(uid, (JOB_MARKER_ENV, job), session);
+        left = job_processes(uid, (JOB_MARKER, job), session);
         if left.is_empty() {
             break;
         }

@@ -1,6 +1,7 @@
 //! `syndeo-agent prolog` (root, from the SPANK prolog on every node of a
 //! syndeo job): makes the job's directories, writes the job spec and the
-//! job's secrets, drops to the job user and starts the node agent detached.
+//! job's secrets, drops to the job user and starts the node agent's
+//! supervisor detached.
 //! It returns as soon as the agent listens; it never waits for Ray.
 //!
 //! Errors returned from here are node faults: the node is drained with a
@@ -20,7 +21,10 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 
 use crate::cli::PrologArgs;
 use crate::config::Config;
-use crate::job::{JobSpec, FAILED_FILE, JOB_MARKER_ENV, SECRET_FILE, SPEC_FILE};
+use syndeo_protocol::env::JOB_MARKER;
+use syndeo_protocol::layout::JobDir;
+
+use crate::job::{JobSpec, SECRET_FILE, SPEC_FILE};
 use crate::root::dirs::{ensure_root_base, make_filled_job_dir, make_job_dir};
 use crate::root::drain;
 use crate::root::privdrop::{drop_to, Identity};
@@ -79,7 +83,7 @@ fn set_up(a: &PrologArgs) -> Result<()> {
         .unwrap_or_else(|| spec.workdir.clone());
     let mut child = Command::new(&exe)
         .arg0("syndeo-agent")
-        .arg("run")
+        .arg("supervise")
         .arg("--job-dir")
         .arg(&spec.job_dir)
         .env_clear()
@@ -87,7 +91,7 @@ fn set_up(a: &PrologArgs) -> Result<()> {
         .env("HOME", home)
         .env("USER", &id.name)
         .env("LOGNAME", &id.name)
-        .env(JOB_MARKER_ENV, &name)
+        .env(JOB_MARKER, &name)
         .current_dir(&spec.job_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -100,7 +104,7 @@ fn set_up(a: &PrologArgs) -> Result<()> {
     drop(record);
 
     // Return once the agent listens, so a job step never races its socket.
-    let socket = spec.socket();
+    let socket = spec.dir().socket();
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if socket.exists() {
@@ -122,7 +126,9 @@ fn set_up(a: &PrologArgs) -> Result<()> {
 fn fail_job(a: &PrologArgs, id: &Identity, message: &str) -> Result<()> {
     eprintln!("{message}");
     let base = ensure_root_base(&a.common.runtime_base, 0o755)?;
-    let files = [(FAILED_FILE, message.to_string())];
+    let note = JobDir::new(&a.common.runtime_base, a.common.job).failed_note();
+    let note_name = note.file_name().expect("a file name").to_string_lossy().into_owned();
+    let files = [(note_name.as_str(), message.to_string())];
     make_filled_job_dir(&base, &a.common.runtime_base, &a.common.job.to_string(), &files, id.uid, id.gid)
 }
 

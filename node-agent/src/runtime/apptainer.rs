@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{ContainerRuntime, ContainerSpec};
+use crate::fault::Fault;
 
 pub struct Apptainer {
     pub binary: PathBuf,
@@ -21,16 +22,18 @@ impl ContainerRuntime for Apptainer {
         &self.binary
     }
 
-    fn check_format(&self, real: &Path, shown: &Path) -> Result<(), String> {
+    fn check_format(&self, real: &Path, shown: &Path) -> Result<(), Fault> {
         if real.is_dir() {
-            std::fs::read_dir(real).map_err(|e| format!("image {}: cannot list it as you: {e}", shown.display()))?;
+            std::fs::read_dir(real)
+                .map_err(|e| Fault::user(format!("image {}: cannot list it as you: {e}", shown.display())))?;
         } else {
-            std::fs::File::open(real).map_err(|e| format!("image {}: cannot open it as you: {e}", shown.display()))?;
+            std::fs::File::open(real)
+                .map_err(|e| Fault::user(format!("image {}: cannot open it as you: {e}", shown.display())))?;
         }
         Ok(())
     }
 
-    fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, String> {
+    fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, Fault> {
         let mut c = vec![self.binary.to_string_lossy().into_owned(), "exec".into(), "--contain".into()];
         if spec.clean_env {
             c.push("--cleanenv".into());
@@ -116,6 +119,6 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let rt = Apptainer { binary: "/nonexistent/apptainer".into() };
         let e = crate::runtime::check_image(&rt, d.path(), &[]).unwrap_err();
-        assert!(e.starts_with("node fault:"), "{e}");
+        assert!(e.is_node(), "{e}");
     }
 }

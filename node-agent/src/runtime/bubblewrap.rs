@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{gpu_devices, ContainerRuntime, ContainerSpec};
+use crate::fault::Fault;
 
 pub struct Bubblewrap {
     pub binary: PathBuf,
@@ -30,27 +31,29 @@ impl ContainerRuntime for Bubblewrap {
         &self.binary
     }
 
-    fn check_format(&self, real: &Path, image: &Path) -> Result<(), String> {
+    fn check_format(&self, real: &Path, image: &Path) -> Result<(), Fault> {
         if !real.is_dir() {
-            return Err(format!(
+            return Err(Fault::user(format!(
                 "image {} is not a directory; the bubblewrap runtime needs a root filesystem directory",
                 image.display()
-            ));
+            )));
         }
-        std::fs::read_dir(real).map_err(|e| format!("image {}: cannot list it as you: {e}", image.display()))?;
+        std::fs::read_dir(real)
+            .map_err(|e| Fault::user(format!("image {}: cannot list it as you: {e}", image.display())))?;
         if !real.join("usr").is_dir() {
-            return Err(format!("image {} has no /usr; is it a root filesystem?", image.display()));
+            return Err(Fault::user(format!("image {} has no /usr; is it a root filesystem?", image.display())));
         }
         Ok(())
     }
 
-    fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, String> {
+    fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, Fault> {
         let mut c: Vec<String> = vec![s(&self.binary), "--unshare-user".into()];
         if spec.own_pid_namespace {
             c.push("--unshare-pid".into());
         }
         c.extend(["--die-with-parent".into(), "--tmpfs".into(), "/".into()]);
-        let entries = std::fs::read_dir(&spec.image).map_err(|e| format!("image {}: {e}", spec.image.display()))?;
+        let entries =
+            std::fs::read_dir(&spec.image).map_err(|e| Fault::user(format!("image {}: {e}", spec.image.display())))?;
         let mut names: Vec<(String, PathBuf)> =
             entries.filter_map(|e| e.ok()).map(|e| (e.file_name().to_string_lossy().into_owned(), e.path())).collect();
         names.sort();
@@ -58,9 +61,9 @@ impl ContainerRuntime for Bubblewrap {
             if name.starts_with('.') || NOT_FROM_IMAGE.contains(&name.as_str()) {
                 continue;
             }
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let meta = std::fs::symlink_metadata(&path).map_err(|e| Fault::user(format!("{}: {e}", path.display())))?;
             if meta.file_type().is_symlink() {
-                let target = std::fs::read_link(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let target = std::fs::read_link(&path).map_err(|e| Fault::user(format!("{}: {e}", path.display())))?;
                 c.extend(["--symlink".into(), s(&target), format!("/{name}")]);
             } else if meta.is_dir() {
                 c.extend(["--ro-bind".into(), s(&path), format!("/{name}")]);
@@ -165,7 +168,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("ray.sif");
         std::fs::write(&f, b"x").unwrap();
-        let e = Bubblewrap { binary: "/usr/bin/bwrap".into() }.check_format(&f, &f).unwrap_err();
+        let e = Bubblewrap { binary: "/usr/bin/bwrap".into() }.check_format(&f, &f).unwrap_err().to_string();
         assert!(e.contains("not a directory"), "{e}");
     }
 }

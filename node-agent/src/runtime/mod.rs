@@ -17,6 +17,7 @@ pub use apptainer::Apptainer;
 pub use bubblewrap::Bubblewrap;
 
 use crate::config::{Config, RuntimeKind};
+use crate::fault::Fault;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Bind {
@@ -73,9 +74,9 @@ pub trait ContainerRuntime: Send + Sync {
     fn binary(&self) -> &Path;
     /// Checks, as the calling user, that the resolved image `real` (named
     /// `shown` by the user) has a form this runtime runs; says what to fix.
-    fn check_format(&self, real: &Path, shown: &Path) -> Result<(), String>;
+    fn check_format(&self, real: &Path, shown: &Path) -> Result<(), Fault>;
     /// The full command line that runs `argv` in the image.
-    fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, String>;
+    fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, Fault>;
 }
 
 pub fn from_config(c: &Config) -> Box<dyn ContainerRuntime> {
@@ -89,15 +90,15 @@ pub fn from_config(c: &Config) -> Box<dyn ContainerRuntime> {
 /// that root could read but the user cannot is refused): it exists, lies
 /// where the site allows images, has the runtime's form, and the runtime is
 /// installed. Returns the resolved path; the message says what to fix.
-pub fn check_image(rt: &dyn ContainerRuntime, image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, String> {
+pub fn check_image(rt: &dyn ContainerRuntime, image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, Fault> {
     let real = check_image_common(image, allowed)?;
     rt.check_format(&real, image)?;
     if !rt.binary().exists() {
-        return Err(format!(
-            "node fault: the container runtime {} ({}) is not installed on this node; ask the admins",
+        return Err(Fault::node(format!(
+            "the container runtime {} ({}) is not installed on this node; ask the admins",
             rt.name(),
             rt.binary().display()
-        ));
+        )));
     }
     Ok(real)
 }
@@ -105,22 +106,26 @@ pub fn check_image(rt: &dyn ContainerRuntime, image: &Path, allowed: &[PathBuf])
 /// Checks shared by both runtimes: the image exists, the user can read it,
 /// and it lies where the site allows images (compared after resolving links
 /// on both sides, so a link cannot lead out of an allowed directory).
-pub fn check_image_common(image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, String> {
-    let real = std::fs::canonicalize(image).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("image {} does not exist; check the --syndeo path", image.display()),
-        std::io::ErrorKind::PermissionDenied => {
-            format!("image {} is not readable by you (permission denied); fix its permissions", image.display())
-        }
-        _ => format!("image {}: {e}", image.display()),
+pub fn check_image_common(image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, Fault> {
+    let real = std::fs::canonicalize(image).map_err(|e| {
+        Fault::User(match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                format!("image {} does not exist; check the --syndeo path", image.display())
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                format!("image {} is not readable by you (permission denied); fix its permissions", image.display())
+            }
+            _ => format!("image {}: {e}", image.display()),
+        })
     })?;
     let inside = |d: &PathBuf| real.starts_with(std::fs::canonicalize(d).unwrap_or_else(|_| d.clone()));
     if !allowed.is_empty() && !allowed.iter().any(inside) {
         let dirs: Vec<String> = allowed.iter().map(|d| d.display().to_string()).collect();
-        return Err(format!(
+        return Err(Fault::user(format!(
             "image {} is outside the directories this site allows for images ({}); use an image from there",
             image.display(),
             dirs.join(", ")
-        ));
+        )));
     }
     Ok(real)
 }
@@ -153,14 +158,14 @@ mod tests {
 
     #[test]
     fn missing_image_names_the_path() {
-        let e = check_image_common(Path::new("/nonexistent/img.sif"), &[]).unwrap_err();
+        let e = check_image_common(Path::new("/nonexistent/img.sif"), &[]).unwrap_err().to_string();
         assert!(e.contains("/nonexistent/img.sif") && e.contains("does not exist"), "{e}");
     }
 
     #[test]
     fn allow_list_refuses_images_elsewhere() {
         let d = tempfile::tempdir().unwrap();
-        let e = check_image_common(d.path(), &["/shared/images".into()]).unwrap_err();
+        let e = check_image_common(d.path(), &["/shared/images".into()]).unwrap_err().to_string();
         assert!(e.contains("outside the directories"), "{e}");
         assert!(check_image_common(d.path(), &[d.path().to_path_buf()]).is_ok());
     }
@@ -170,7 +175,8 @@ mod tests {
         let allowed = tempfile::tempdir().unwrap();
         let elsewhere = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), allowed.path().join("img")).unwrap();
-        let e = check_image_common(&allowed.path().join("img"), &[allowed.path().to_path_buf()]).unwrap_err();
+        let e =
+            check_image_common(&allowed.path().join("img"), &[allowed.path().to_path_buf()]).unwrap_err().to_string();
         assert!(e.contains("outside the directories"), "{e}");
     }
 
@@ -180,9 +186,9 @@ mod tests {
         std::fs::create_dir(img.path().join("usr")).unwrap();
         let rt = Bubblewrap { binary: "/nonexistent/bwrap".into() };
         let e = check_image(&rt, img.path(), &[]).unwrap_err();
-        assert!(e.starts_with("node fault:") && e.contains("/nonexistent/bwrap"), "{e}");
+        assert!(e.is_node() && e.to_string().contains("/nonexistent/bwrap"), "{e}");
         let e = check_image(&rt, Path::new("/nonexistent/image"), &[]).unwrap_err();
-        assert!(e.contains("does not exist"), "a user's mistake is reported as such: {e}");
+        assert!(!e.is_node() && e.to_string().contains("does not exist"), "a user's mistake is reported as such: {e}");
     }
 
     #[test]

@@ -1,0 +1,172 @@
+//! The real launcher: this node's Ray in the job's container. It checks the
+//! image as the user, writes syndeo's launcher script (`launcher.py`) into
+//! the job's temp dir (bound into the container at the same path) and runs
+//! it there with the container runtime. The script loads Ray, then takes the
+//! `ray start` arguments and the token on stdin and reports on stdout.
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use super::launcher::{parse_event, Event, Launched, Launcher, RayNode, SlurmJob};
+use super::ray::{self, NodePorts};
+use crate::fault::Fault;
+use crate::job::JobSpec;
+use crate::runtime::{self, Bind, ContainerRuntime};
+
+/// syndeo's launcher script, run by path inside the container.
+pub const LAUNCHER_SCRIPT: &str = include_str!("launcher.py");
+const LAUNCHER_NAME: &str = "launcher.py";
+
+pub struct ContainerLauncher;
+
+impl Launcher for ContainerLauncher {
+    fn launch(&self, spec: &JobSpec, runtime: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
+        let image = check_node(spec, runtime)?;
+        let ports = NodePorts::pick(ip).map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
+        let script = write_launcher(spec)?;
+        let cs = ray::ray_container(spec, &image, &ports);
+        let argv = runtime.command(&cs, &["python3".into(), script.to_string_lossy().into_owned()])?;
+        let (process, events) = RayProcess::spawn(&argv, spec)?;
+        Ok(Launched { ray: Box::new(process), events, ports })
+    }
+
+    fn slurm_job(&self, job_id: u32) -> BoxFuture<'static, SlurmJob> {
+        slurm_job(job_id).boxed()
+    }
+}
+
+/// What this node needs before it can run the job's container, checked as
+/// the user: the image (returned), the work directory, the site's binds.
+fn check_node(spec: &JobSpec, runtime: &dyn ContainerRuntime) -> Result<PathBuf, Fault> {
+    let image = spec.image_path().map_err(Fault::User)?;
+    runtime::check_image(runtime, &image, &spec.config.allowed_image_dirs)?;
+    if !spec.workdir.is_dir() {
+        return Err(Fault::user(format!(
+            "the job's working directory {} is not accessible on {}",
+            spec.workdir.display(),
+            spec.node
+        )));
+    }
+    let binds = spec.config.extra_binds.iter().filter_map(|b| Bind::parse(b).ok());
+    if let Some(bad) = binds.into_iter().find(|b| !b.src.exists()) {
+        return Err(Fault::node(format!("extra bind {} does not exist on {}", bad.src.display(), spec.node)));
+    }
+    Ok(image)
+}
+
+/// Writes the launcher script into the job's temp dir (the user's, bound
+/// into the container at the same path); returns its path.
+fn write_launcher(spec: &JobSpec) -> Result<PathBuf, Fault> {
+    let path = spec.temp_dir.join(LAUNCHER_NAME);
+    std::fs::write(&path, LAUNCHER_SCRIPT)
+        .map_err(|e| Fault::node(format!("writing the launcher script {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// The container running the launcher script: its stdin takes `ray start`'s
+/// arguments; its stdout carries the script's protocol lines (other output
+/// goes to the job dir's ray.log).
+pub struct RayProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl RayProcess {
+    /// Starts the container; its events arrive on the returned channel.
+    pub fn spawn(argv: &[String], spec: &JobSpec) -> Result<(RayProcess, mpsc::Receiver<Event>), Fault> {
+        let log_path = spec.dir().ray_log();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| Fault::node(format!("opening {}: {e}", log_path.display())))?;
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| Fault::node(format!("starting the container runtime {}: {e}", argv[0])))?;
+        let stdout = child.stdout.take().expect("piped");
+        let stdin = child.stdin.take();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(ev) = parse_event(&line) {
+                    info!(?ev, "launcher");
+                    let _ = tx.send(ev).await;
+                }
+            }
+            let _ = tx.send(Event::Exited).await;
+        });
+        Ok((RayProcess { child, stdin }, rx))
+    }
+}
+
+impl RayNode for RayProcess {
+    /// Hands the launcher the `ray start` arguments and the auth token.
+    fn start<'a>(&'a mut self, args: &'a [String], token: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        async move {
+            let line = serde_json::json!({ "args": args, "env": { "RAY_AUTH_TOKEN": token } }).to_string() + "\n";
+            let stdin = self.stdin.as_mut().ok_or("the launcher's stdin is closed")?;
+            stdin.write_all(line.as_bytes()).await.map_err(|e| e.to_string())?;
+            stdin.flush().await.map_err(|e| e.to_string())
+        }
+        .boxed()
+    }
+
+    /// Ends Ray gracefully (end of stdin), then kills the container after `grace`.
+    fn stop(mut self: Box<Self>, grace: Duration) -> BoxFuture<'static, ()> {
+        async move {
+            drop(self.stdin.take());
+            match tokio::time::timeout(grace, self.child.wait()).await {
+                Ok(_) => info!("Ray container stopped"),
+                Err(_) => {
+                    warn!("Ray container still running after {grace:?}; killing it");
+                    let _ = self.child.kill().await;
+                }
+            }
+        }
+        .boxed()
+    }
+}
+
+/// What the head's agent asks Slurm once (as the job user: `scontrol show
+/// job -d`): memory per node, and the job's stderr file. Empty if Slurm does
+/// not say in time.
+async fn slurm_job(job_id: u32) -> SlurmJob {
+    let query = Command::new("scontrol").args(["show", "job", "-d", &job_id.to_string()]).stdin(Stdio::null()).output();
+    match tokio::time::timeout(Duration::from_secs(10), query).await {
+        Ok(Ok(o)) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            SlurmJob { memory_mb: crate::alloc::mem_per_node(&text), stderr: crate::alloc::job_stderr(&text) }
+        }
+        other => {
+            warn!("cannot ask scontrol about the job ({other:?}); Ray gets the site's object store size only");
+            SlurmJob::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launcher_script_speaks_the_protocol_the_agent_parses_and_has_a_main() {
+        for word in ["SYNDEO_LAUNCHER_READY", "SYNDEO_RAY_STARTED", "SYNDEO_RAY_FAILED", "SYNDEO_RAY_DIED"] {
+            assert!(LAUNCHER_SCRIPT.contains(word), "{word}");
+            assert!(parse_event(word).is_some(), "{word}");
+        }
+        assert!(LAUNCHER_SCRIPT.contains("def main(") && LAUNCHER_SCRIPT.contains("if __name__ == \"__main__\":"));
+    }
+}

@@ -1,0 +1,120 @@
+//! The seam between the agent's logic and the world: how this node's Ray
+//! comes to be. [`container::ContainerLauncher`](super::container) starts the
+//! real container with syndeo's launcher script; [`NoopLauncher`] stands in
+//! for it where only the mesh and the roles matter (the mesh benchmark, unit
+//! tests), and answers at once.
+use std::net::IpAddr;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::sync::mpsc;
+
+use super::ray::NodePorts;
+use crate::fault::Fault;
+use crate::job::JobSpec;
+use crate::runtime::ContainerRuntime;
+
+/// What the launcher in the container said.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Ray is importable; it waits for the `ray start` arguments.
+    LauncherReady,
+    /// `ray start` returned: this node's Ray is up.
+    Started,
+    /// Ray could not start; why.
+    Failed(String),
+    /// This node's raylet ended while the job ran.
+    Died,
+    /// The container ended.
+    Exited,
+}
+
+/// This node's Ray, once launched: it takes the `ray start` arguments once,
+/// and stops (gracefully, then by force after `grace`).
+pub trait RayNode: Send {
+    fn start<'a>(&'a mut self, args: &'a [String], token: &'a str) -> BoxFuture<'a, Result<(), String>>;
+    fn stop(self: Box<Self>, grace: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// A launched node: its Ray, the launcher's events, and the ports it will use.
+pub struct Launched {
+    pub ray: Box<dyn RayNode>,
+    pub events: mpsc::Receiver<Event>,
+    pub ports: NodePorts,
+}
+
+impl std::fmt::Debug for Launched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Launched({:?})", self.ports)
+    }
+}
+
+/// What Slurm says of the job, asked once by the head.
+#[derive(Debug, Default)]
+pub struct SlurmJob {
+    /// Memory (MiB) allocated on each node; empty when Slurm does not track it.
+    pub memory_mb: std::collections::BTreeMap<String, u64>,
+    /// The job's stderr file.
+    pub stderr: Option<String>,
+}
+
+pub trait Launcher: Send + Sync {
+    /// Checks what this node needs (the image, the work directory, the
+    /// site's binds) and starts its Ray container, which loads Ray and waits.
+    fn launch(&self, spec: &JobSpec, runtime: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault>;
+    /// What Slurm says of the job.
+    fn slurm_job(&self, job_id: u32) -> BoxFuture<'static, SlurmJob>;
+}
+
+/// Stands in for Ray: no process; ready at once, and `ray start` succeeds.
+pub struct NoopLauncher;
+
+struct NoopRay(mpsc::Sender<Event>);
+
+impl RayNode for NoopRay {
+    fn start<'a>(&'a mut self, _: &'a [String], _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        async move { self.0.send(Event::Started).await.map_err(|_| "the no-op launcher is gone".to_string()) }.boxed()
+    }
+
+    fn stop(self: Box<Self>, _: Duration) -> BoxFuture<'static, ()> {
+        async {}.boxed()
+    }
+}
+
+impl Launcher for NoopLauncher {
+    fn launch(&self, _: &JobSpec, _: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
+        let (tx, events) = mpsc::channel(4);
+        tx.try_send(Event::LauncherReady).expect("room in a fresh channel");
+        let ports = NodePorts::pick(ip).map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
+        Ok(Launched { ray: Box::new(NoopRay(tx)), events, ports })
+    }
+
+    fn slurm_job(&self, _: u32) -> BoxFuture<'static, SlurmJob> {
+        async { SlurmJob::default() }.boxed()
+    }
+}
+
+/// Parses one protocol line of the launcher script; other output is not ours.
+pub fn parse_event(line: &str) -> Option<Event> {
+    let (word, rest) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
+    match word {
+        "SYNDEO_LAUNCHER_READY" => Some(Event::LauncherReady),
+        "SYNDEO_RAY_STARTED" => Some(Event::Started),
+        "SYNDEO_RAY_FAILED" => Some(Event::Failed(rest.to_string())),
+        "SYNDEO_RAY_DIED" => Some(Event::Died),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launcher_lines_parse_and_other_output_is_ignored() {
+        assert_eq!(parse_event("SYNDEO_RAY_STARTED\n"), Some(Event::Started));
+        assert_eq!(parse_event("SYNDEO_RAY_FAILED no ray here"), Some(Event::Failed("no ray here".into())));
+        assert_eq!(parse_event("Ray runtime started."), None);
+    }
+}

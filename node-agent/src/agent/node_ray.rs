@@ -1,0 +1,94 @@
+//! This node's Ray, as the head's and the workers' parts use it: launch it
+//! (through the launcher seam), start it with the cluster's token, wait for
+//! its answer, stop it; and the one-line notices in the job's stderr.
+use std::net::IpAddr;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use super::launcher::{Event, Launched};
+use super::ray;
+use super::state::Shared;
+use crate::fault::Fault;
+
+/// Launches this node's Ray container (checks first); it loads Ray and
+/// waits. It becomes this node's Ray; the events and ports are returned.
+pub async fn launch(shared: &Shared, ip: IpAddr) -> Result<(mpsc::Receiver<Event>, ray::NodePorts), Fault> {
+    let Launched { ray, events, ports } = shared.launcher.launch(&shared.spec, shared.runtime.as_ref(), ip)?;
+    shared.ray.lock().await.replace(ray);
+    Ok((events, ports))
+}
+
+/// One line in the job's stderr (which the head learned from Slurm), written
+/// as the user; the agent's log has it in any case.
+pub fn job_notice(shared: &Shared, line: &str) {
+    warn!("{line}");
+    let path = shared.view.borrow().job_stderr.clone();
+    if path.is_empty() {
+        return;
+    }
+    use std::io::Write;
+    let written = std::fs::OpenOptions::new().append(true).open(&path).and_then(|mut f| writeln!(f, "{line}"));
+    if let Err(e) = written {
+        warn!("cannot add to the job's stderr {path}: {e}");
+    }
+}
+
+/// Why a node's `ray start` did not bring its Ray up. `loaded`: the launcher
+/// had loaded Ray first, so the image is fine and the fault is this node's.
+pub struct StartFailure {
+    pub message: String,
+    pub loaded: bool,
+}
+
+/// Waits for the launcher's answer to `ray start`, or explains why it failed.
+pub async fn started(shared: &Shared, events: &mut mpsc::Receiver<Event>, what: &str) -> Result<(), StartFailure> {
+    let mut loaded = false;
+    loop {
+        let message = match events.recv().await {
+            Some(Event::LauncherReady) => {
+                loaded = true;
+                continue;
+            }
+            Some(Event::Started) => return Ok(()),
+            Some(Event::Failed(m)) => format!("{what} on {}: {m}", shared.spec.node),
+            Some(Event::Died) | Some(Event::Exited) | None => {
+                let tail = ray::log_tail(&shared.spec, 4);
+                format!("{what} on {}: the container ended early: {tail}", shared.spec.node)
+            }
+        };
+        return Err(StartFailure { message, loaded });
+    }
+}
+
+/// Starts this node's Ray with the cluster's token, which is also written to
+/// `ray_token` (0600, in the user's 0700 job dir) for the user's own tools.
+pub async fn start_ray(shared: &Shared, args: &[String]) -> Result<(), Fault> {
+    let token = shared.view.borrow().ray_token.clone();
+    if token.is_empty() {
+        return Err(Fault::node("the head sent no Ray auth token"));
+    }
+    let path = shared.spec.dir().ray_token();
+    write_private(&path, &token).map_err(|e| Fault::node(format!("writing the Ray token {}: {e}", path.display())))?;
+    let mut ray = shared.ray.lock().await;
+    let node = ray.as_mut().ok_or_else(|| Fault::node("the Ray container is gone"))?;
+    node.start(args, &token)
+        .await
+        .map_err(|e| Fault::node(format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node)))
+}
+
+fn write_private(path: &std::path::Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.write_all(content.as_bytes())
+}
+
+/// Stops this node's Ray container, if any: gracefully, by force after `grace`.
+pub async fn stop_ray(shared: &Shared, grace: Duration) {
+    let ray = shared.ray.lock().await.take();
+    if let Some(ray) = ray {
+        ray.stop(grace).await;
+    }
+}

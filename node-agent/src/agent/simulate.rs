@@ -1,0 +1,177 @@
+//! Simulated nodes: the real lifecycles of N nodes' agents (election, mesh,
+//! cluster view, reports) in one process, each on its own loopback address
+//! (127.10.x.y), with a launcher that stands in for Ray. The mesh-scale
+//! benchmark (`examples/mesh_bench.rs`) and the roles' unit tests use it.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::launcher::Launcher;
+use super::lifecycle;
+use super::mesh::{CALLS_SERVED, VIEWS_SENT};
+use super::state::{NodeState, Shared};
+use crate::job::simulated_spec;
+
+/// N agents started together; their job directories go when it is dropped.
+pub struct Simulation {
+    pub agents: Vec<Arc<Shared>>,
+    dir: PathBuf,
+}
+
+/// The loopback address of simulated node `i`.
+pub fn node_name(i: usize) -> String {
+    format!("127.10.{}.{}", i / 250, i % 250 + 1)
+}
+
+impl Simulation {
+    /// Starts `n` agents of job `job_id` under `base` (one directory per
+    /// node), with mesh ports from `mesh_ports` and `launcher` for Ray.
+    pub fn start(
+        job_id: u32,
+        n: usize,
+        base: &Path,
+        mesh_ports: &str,
+        launcher: Arc<dyn Launcher>,
+    ) -> std::io::Result<Simulation> {
+        let dir = base.join(format!("syndeo-sim-{}-{job_id}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let names: Vec<String> = (0..n).map(node_name).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut agents = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut spec = simulated_spec(job_id, &refs, i);
+            spec.job_dir = dir.join(i.to_string());
+            spec.temp_dir = spec.job_dir.clone();
+            spec.config.mesh_ports = mesh_ports.into();
+            spec.config.startup_timeout = 120;
+            spec.config.head_timeout = 5;
+            std::fs::create_dir_all(&spec.job_dir)?;
+            agents.push(Arc::new(Shared::new(spec, "b".repeat(64), launcher.clone())));
+        }
+        for a in &agents {
+            tokio::spawn(lifecycle::run(a.clone()));
+        }
+        Ok(Simulation { agents, dir })
+    }
+
+    /// Waits until every agent's node is ready (Ok: how long it took) or one
+    /// failed, at most `limit`.
+    pub async fn ready(&self, started: Instant, limit: Duration) -> Result<Duration, String> {
+        for a in &self.agents {
+            let mut rx = a.node_state.subscribe();
+            let settled = rx.wait_for(|s| !matches!(s, NodeState::Starting(_)));
+            let state = tokio::time::timeout(limit.saturating_sub(started.elapsed()), settled)
+                .await
+                .map_err(|_| format!("{} not ready within {limit:?}: {:?}", a.spec.node, *a.node_state.borrow()))?
+                .map_err(|e| e.to_string())?
+                .clone();
+            if let NodeState::Failed(e) = state {
+                return Err(format!("{} failed: {e}", a.spec.node));
+            }
+        }
+        Ok(started.elapsed())
+    }
+}
+
+impl Drop for Simulation {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Mesh calls served plus cluster views streamed, in this process.
+pub fn messages() -> u64 {
+    CALLS_SERVED.load(Ordering::Relaxed) + VIEWS_SENT.load(Ordering::Relaxed)
+}
+
+pub fn reset_messages() {
+    CALLS_SERVED.store(0, Ordering::Relaxed);
+    VIEWS_SENT.store(0, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::net::IpAddr;
+    use std::sync::Mutex;
+
+    use futures::future::BoxFuture;
+    use futures::FutureExt;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::agent::launcher::{Event, Launched, NoopLauncher, RayNode, SlurmJob};
+    use crate::agent::ray::NodePorts;
+    use crate::agent::state::Role;
+    use crate::fault::Fault;
+    use crate::job::JobSpec;
+    use crate::runtime::ContainerRuntime;
+
+    /// Like the no-op launcher, but the first Ray launched on `failing`
+    /// loads, then fails `ray start`: a head whose Ray breaks before ready.
+    struct FirstStartFails {
+        failing: String,
+        launches: Mutex<BTreeMap<String, u32>>,
+    }
+
+    struct ScriptedRay {
+        tx: mpsc::Sender<Event>,
+        fail: bool,
+    }
+
+    impl RayNode for ScriptedRay {
+        fn start<'a>(&'a mut self, _: &'a [String], _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+            let ev = if self.fail { Event::Failed("ray start failed (simulated)".into()) } else { Event::Started };
+            async move { self.tx.send(ev).await.map_err(|e| e.to_string()) }.boxed()
+        }
+
+        fn stop(self: Box<Self>, _: Duration) -> BoxFuture<'static, ()> {
+            async {}.boxed()
+        }
+    }
+
+    impl Launcher for FirstStartFails {
+        fn launch(&self, spec: &JobSpec, _: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
+            let n = {
+                let mut l = self.launches.lock().unwrap();
+                let n = l.entry(spec.node.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            let (tx, events) = mpsc::channel(4);
+            tx.try_send(Event::LauncherReady).unwrap();
+            let fail = spec.node == self.failing && n == 1;
+            Ok(Launched { ray: Box::new(ScriptedRay { tx, fail }), events, ports: NodePorts::pick(ip).unwrap() })
+        }
+
+        fn slurm_job(&self, _: u32) -> BoxFuture<'static, SlurmJob> {
+            async { SlurmJob::default() }.boxed()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_simulated_nodes_elect_the_first_and_all_get_ready() {
+        let sim = Simulation::start(5101, 3, &std::env::temp_dir(), "47200-47299", Arc::new(NoopLauncher)).unwrap();
+        sim.ready(Instant::now(), Duration::from_secs(30)).await.unwrap();
+        let roles: Vec<Role> = sim.agents.iter().map(|a| a.role.borrow().clone()).collect();
+        let head = node_name(0);
+        assert_eq!(roles, [Role::Head, Role::Follower(head.clone()), Role::Follower(head)]);
+        assert_eq!(sim.agents[2].ready_nodes(), (0..3).map(node_name).collect::<Vec<_>>());
+    }
+
+    /// The head's Ray loads and then fails before the cluster is ready: it
+    /// steps down, the others elect the next node, and it rejoins as a
+    /// worker with a fresh container: the cluster is ready on all three.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_head_whose_ray_fails_before_ready_steps_down_and_the_others_elect_again() {
+        let launcher = Arc::new(FirstStartFails { failing: node_name(0), launches: Mutex::default() });
+        let sim = Simulation::start(5102, 3, &std::env::temp_dir(), "47300-47399", launcher.clone()).unwrap();
+        sim.ready(Instant::now(), Duration::from_secs(30)).await.unwrap();
+        let next = node_name(1);
+        let roles: Vec<Role> = sim.agents.iter().map(|a| a.role.borrow().clone()).collect();
+        assert_eq!(roles, [Role::Follower(next.clone()), Role::Head, Role::Follower(next.clone())]);
+        assert_eq!(launcher.launches.lock().unwrap()[&node_name(0)], 2, "the old head got a fresh container");
+        assert_eq!(sim.agents[0].view.borrow().head_node, next);
+    }
+}

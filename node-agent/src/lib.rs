@@ -1,0 +1,31 @@
+//! `syndeo-agent`: everything of syndeo that runs outside Slurm's processes,
+//! as a library; `src/bin/syndeo-agent.rs` only parses the command line.
+//!
+//! The flow, in the order the modules run:
+//! - [`root`]: `prolog` and `epilog`, as root, started by the SPANK plugin on
+//!   every node: the job's directories and secrets, the privilege drop, the
+//!   clean-up;
+//! - [`supervisor`]: as the job user, keeps the node agent running;
+//! - [`agent`]: the node agent: election, mesh, the cluster view, Ray;
+//! - [`runtime`]: the container runtimes (Apptainer, bubblewrap) the agent
+//!   runs Ray in;
+//! - [`exec`] and [`user_cli`]: `srun --syndeo` tasks and the `syndeo` command.
+//!
+//! Shared by several: [`config`] (the site's syndeo.toml), [`job`] (the job as
+//! a node sees it), [`fault`] (user fault vs node fault), [`alloc`],
+//! [`hostlist`], [`secret`].
+#![forbid(unsafe_code)]
+
+pub mod agent;
+pub mod alloc;
+pub mod cli;
+pub mod config;
+pub mod exec;
+pub mod fault;
+pub mod hostlist;
+pub mod job;
+pub mod root;
+pub mod runtime;
+pub mod secret;
+pub mod supervisor;
+pub mod user_cli;
