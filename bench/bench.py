@@ -95,7 +95,7 @@ def wait_job(jid, limit=600):
         st = job_state(jid)
         if st not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", ""):
             # The epilog runs while COMPLETING; syndeo's record goes last.
-            while any(node_has(n, f"/run/syndeo/.agents/{jid}") for n in NODES) and time.time() - t0 < limit:
+            while any(node_has(n, f"/run/syndeo/.jobs/{jid}") for n in NODES) and time.time() - t0 < limit:
                 time.sleep(0.2)
             return st
         time.sleep(0.2)

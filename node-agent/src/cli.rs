@@ -44,17 +44,20 @@ pub enum Cmd {
         #[arg(long, default_value = "/etc/syndeo/site.key")]
         path: PathBuf,
     },
-    /// (the job user, started by `prolog`) keeps the node agent running
+    /// (root, from the SPANK plugin) start the node agent of a prepared job
+    Start(StartArgs),
+    /// (started by `start`, becomes the job user) keeps the node agent running
     #[command(hide = true)]
-    Supervise {
-        #[arg(long)]
-        job_dir: PathBuf,
-    },
+    Supervise,
+    /// (started by `epilog`, becomes the job user) copy this node's logs into the job's work directory
+    #[command(hide = true)]
+    SaveLogs(SaveLogsArgs),
     /// (the job user, started by `supervise`) the node agent itself
     #[command(hide = true)]
     Serve {
+        /// The image, as the supervisor resolved it at the job's start.
         #[arg(long)]
-        job_dir: PathBuf,
+        image: Option<PathBuf>,
         /// This start is the Nth restart of an agent that ended unexpectedly ...
         #[arg(long, requires = "why")]
         restart: Option<u32>,
@@ -65,7 +68,7 @@ pub enum Cmd {
 }
 
 /// The root side's commands: hidden from `syndeo --help`.
-const ROOT_COMMANDS: &[&str] = &["prolog", "epilog", "keygen"];
+const ROOT_COMMANDS: &[&str] = &["prolog", "start", "epilog", "keygen"];
 
 #[derive(Args, Debug)]
 pub struct CommonArgs {
@@ -88,6 +91,39 @@ pub struct PrologArgs {
     /// The value of --syndeo=IMAGE, if one was given (checked again here).
     #[arg(long, allow_hyphen_values = true)]
     pub image: Option<String>,
+    /// The resource limits Slurm propagates to tasks (PropagateResourceLimits).
+    #[arg(long, default_value = "CPU,FSIZE,DATA,STACK,CORE,RSS,NPROC,NOFILE,MEMLOCK,AS")]
+    pub propagate: String,
+}
+
+#[derive(Args, Debug)]
+pub struct StartArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Wait for "go" on stdin first (the plugin adds this process to the
+    /// job's extern step meanwhile).
+    #[arg(long)]
+    pub hold: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SaveLogsArgs {
+    #[arg(long)]
+    pub uid: u32,
+    #[arg(long)]
+    pub gid: u32,
+    #[arg(long)]
+    pub job: u32,
+    #[arg(long)]
+    pub node: String,
+    #[arg(long)]
+    pub job_dir: PathBuf,
+    #[arg(long)]
+    pub temp_dir: PathBuf,
+    #[arg(long)]
+    pub workdir: PathBuf,
+    #[arg(long)]
+    pub max_mb: u64,
 }
 
 #[derive(Args, Debug)]

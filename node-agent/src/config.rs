@@ -34,7 +34,9 @@ pub struct Config {
     pub default_image: String,
     /// When not empty, images must lie under one of these directories.
     pub allowed_image_dirs: Vec<PathBuf>,
-    /// Ports the node agents listen on for each other, "LOW-HIGH".
+    /// Ports the node agents listen on for each other, "LOW-HIGH": below
+    /// 1024, so that root binds them for the agents and no user can squat
+    /// them (net.ipv4.ip_unprivileged_port_start must stay above HIGH).
     pub mesh_ports: String,
     /// Seconds from job start until the cluster must be ready.
     pub startup_timeout: u64,
@@ -53,8 +55,22 @@ pub struct Config {
     pub shm_base: PathBuf,
     /// Root-only key from which each job's secrets are derived.
     pub site_key: PathBuf,
-    /// Seconds the epilog gives the agent to stop Ray gracefully.
+    /// Seconds the epilog gives the agent to stop Ray gracefully (1 to 60).
     pub stop_grace: u64,
+    /// Size (MiB) of each job's runtime directory, a tmpfs in the runtime
+    /// base (socket, logs, Ray token).
+    pub runtime_dir_mb: u64,
+    /// Size (MiB) of each job's shared-memory directory, a tmpfs that is the
+    /// containers' /dev/shm; 0: the object store's size plus a quarter and 128 MiB.
+    pub shm_mb: u64,
+    /// Size (MiB) of each job's temp dir as a tmpfs; 0: a plain directory
+    /// under temp_base (put temp_base on a filesystem with quotas).
+    pub temp_mb: u64,
+    /// Copy each node's agent and Ray logs into the job's work directory
+    /// (`syndeo-<jobid>/<node>/`) when the job ends.
+    pub keep_logs: bool,
+    /// Most MiB of logs kept per node (the oldest files are dropped first).
+    pub logs_max_mb: u64,
     /// Times a node's agent restarts its Ray after it died while the job ran.
     pub ray_restarts: u32,
 }
@@ -67,7 +83,7 @@ impl Default for Config {
             bwrap: "/usr/bin/bwrap".into(),
             default_image: String::new(),
             allowed_image_dirs: vec![],
-            mesh_ports: "45000-45999".into(),
+            mesh_ports: "600-999".into(),
             startup_timeout: 300,
             head_timeout: 20,
             min_nodes: 0,
@@ -78,6 +94,11 @@ impl Default for Config {
             shm_base: "/dev/shm/syndeo".into(),
             site_key: "/etc/syndeo/site.key".into(),
             stop_grace: 15,
+            runtime_dir_mb: 64,
+            shm_mb: 0,
+            temp_mb: 0,
+            keep_logs: true,
+            logs_max_mb: 200,
             ray_restarts: 3,
         }
     }
@@ -92,7 +113,7 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid { path: path.into(), message };
         let c: Config = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
-        c.mesh_port_range().map_err(invalid)?;
+        c.check_mesh_ports_privileged().map_err(invalid)?;
         for (name, p) in [("temp_base", &c.temp_base), ("shm_base", &c.shm_base), ("site_key", &c.site_key)] {
             if !p.is_absolute() {
                 return Err(invalid(format!("{name} must be an absolute path, got {}", p.display())));
@@ -100,6 +121,22 @@ impl Config {
         }
         if c.startup_timeout == 0 || c.head_timeout == 0 {
             return Err(invalid("startup_timeout and head_timeout must be at least 1 second".into()));
+        }
+        // Every wait root makes has an upper bound.
+        for (name, v, max) in [
+            ("startup_timeout", c.startup_timeout, 3600),
+            ("head_timeout", c.head_timeout, 600),
+            ("stop_grace", c.stop_grace, 60),
+        ] {
+            if v > max {
+                return Err(invalid(format!("{name} = {v} is over its limit of {max} seconds")));
+            }
+        }
+        if c.stop_grace == 0 {
+            return Err(invalid("stop_grace must be at least 1 second".into()));
+        }
+        if !(4..=4096).contains(&c.runtime_dir_mb) {
+            return Err(invalid(format!("runtime_dir_mb must be 4 to 4096, got {}", c.runtime_dir_mb)));
         }
         if c.object_store_mb < 80 {
             return Err(invalid("object_store_mb must be at least 80 (Ray's minimum)".into()));
@@ -110,14 +147,40 @@ impl Config {
         Ok(c)
     }
 
+    /// The mesh's port range. A site's file must name privileged ports
+    /// (checked in `parse`); simulated nodes use unprivileged ones.
     pub fn mesh_port_range(&self) -> Result<(u16, u16), String> {
-        let bad = || format!("mesh_ports must be \"LOW-HIGH\" with 1024 <= LOW <= HIGH, got \"{}\"", self.mesh_ports);
+        let bad = || {
+            format!(
+                "mesh_ports must be \"LOW-HIGH\" with 1 <= LOW <= HIGH <= 1023 (privileged ports, which no user \
+                 can squat), got \"{}\"",
+                self.mesh_ports
+            )
+        };
         let (lo, hi) = self.mesh_ports.split_once('-').ok_or_else(bad)?;
         let (lo, hi): (u16, u16) = (lo.trim().parse().map_err(|_| bad())?, hi.trim().parse().map_err(|_| bad())?);
-        if lo < 1024 || hi < lo {
+        if lo == 0 || hi < lo {
             return Err(bad());
         }
         Ok((lo, hi))
+    }
+
+    fn check_mesh_ports_privileged(&self) -> Result<(), String> {
+        match self.mesh_port_range()? {
+            (_, hi) if hi <= 1023 => Ok(()),
+            _ => Err(format!(
+                "mesh_ports must be privileged ports (HIGH <= 1023), which no user can squat; got \"{}\"",
+                self.mesh_ports
+            )),
+        }
+    }
+
+    /// The size of a job's shared-memory tmpfs (see `shm_mb`).
+    pub fn shm_size_mb(&self) -> u64 {
+        match self.shm_mb {
+            0 => self.object_store_mb + self.object_store_mb / 4 + 128,
+            n => n,
+        }
     }
 }
 
@@ -144,10 +207,10 @@ mod tests {
 
     #[test]
     fn values_are_read() {
-        let c = parse("runtime = \"bubblewrap\"\nmin_nodes = 2\nmesh_ports = \"50000-50010\"\n").unwrap();
+        let c = parse("runtime = \"bubblewrap\"\nmin_nodes = 2\nmesh_ports = \"700-710\"\n").unwrap();
         assert_eq!(c.runtime, RuntimeKind::Bubblewrap);
         assert_eq!(c.min_nodes, 2);
-        assert_eq!(c.mesh_port_range().unwrap(), (50000, 50010));
+        assert_eq!(c.mesh_port_range().unwrap(), (700, 710));
     }
 
     #[test]
@@ -160,6 +223,10 @@ mod tests {
     fn bad_values_are_errors() {
         assert!(parse("runtime = \"docker\"").is_err());
         assert!(parse("mesh_ports = \"9-5\"").is_err());
+        let e = parse("mesh_ports = \"45000-45999\"").unwrap_err().to_string();
+        assert!(e.contains("privileged"), "unprivileged mesh ports could be squatted by users: {e}");
+        assert!(parse("stop_grace = 3600").unwrap_err().to_string().contains("over its limit"));
+        assert!(parse("stop_grace = 0").is_err());
         assert!(parse("temp_base = \"tmp\"").is_err());
         assert!(parse("object_store_mb = 10").is_err());
         assert!(parse("extra_binds = [\"relative:/x\"]").is_err());

@@ -1,5 +1,8 @@
-//! The job as one node's agent sees it: written by the root prolog into the
-//! job directory (`job.json`), read by the agent and the exec wrapper.
+//! The job as one node's agent sees it: made by the root prolog from what
+//! Slurm told it, kept in root's state directory, and handed to the agent in
+//! a sealed memory file (it is never read back from anywhere the user can
+//! write).
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -16,6 +19,10 @@ pub struct JobSpec {
     /// This node's name and its place in the job's ordered node list.
     pub node: String,
     pub nodes: Vec<String>,
+    /// Each node's address as Slurm knows it (NodeAddr), in `nodes`' order;
+    /// None: resolve the node's name.
+    #[serde(default)]
+    pub addrs: Vec<Option<IpAddr>>,
     pub index: usize,
     /// The allocation on this node.
     pub cpus: u32,
@@ -27,12 +34,46 @@ pub struct JobSpec {
     pub job_dir: PathBuf,
     pub temp_dir: PathBuf,
     pub shm_dir: PathBuf,
+    /// The job's stderr file, for one-line notices; None if Slurm did not say.
+    #[serde(default)]
+    pub stderr: Option<PathBuf>,
+    /// Times Slurm started this job again (requeued); with the start time,
+    /// part of what the job's secret derives from, so a requeued job gets
+    /// fresh secrets.
+    #[serde(default)]
+    pub restart_count: u32,
+    /// When Slurm started the job (seconds; 0 where Slurm does not say).
+    #[serde(default)]
+    pub start_time: u64,
+    /// The job's resource limits and umask, as its tasks get them.
+    #[serde(default)]
+    pub limits: crate::limits::JobLimits,
     pub config: Config,
 }
 
-/// In the job directory, written by root: the spec and the job's secret.
-pub const SPEC_FILE: &str = "job.json";
-pub const SECRET_FILE: &str = "secret";
+/// What root hands the job's supervisor and agent: the spec and the job's
+/// secret (hex), from which the mesh's keys derive.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobState {
+    pub spec: JobSpec,
+    pub secret: String,
+}
+
+/// Names, in the supervisor's and the agent's environment, the descriptor of
+/// the sealed memory file that holds the job's state (see `root/start.rs`).
+pub const STATE_FD_VAR: &str = "SYNDEO_STATE_FD";
+
+impl JobState {
+    /// The job's state, from the sealed memory file root handed down.
+    pub fn inherited() -> anyhow::Result<JobState> {
+        use anyhow::Context;
+        let fd = std::env::var(STATE_FD_VAR)
+            .with_context(|| format!("{STATE_FD_VAR} is not set: only `syndeo-agent start` runs this"))?;
+        let fd: i32 = fd.parse().with_context(|| format!("{STATE_FD_VAR}={fd}"))?;
+        let text = std::fs::read_to_string(format!("/proc/self/fd/{fd}")).context("reading the job's state")?;
+        serde_json::from_str(&text).context("the job's state")
+    }
+}
 
 impl JobSpec {
     /// The job's runtime directory on this node (socket, logs, token).
@@ -45,6 +86,11 @@ impl JobSpec {
     /// users out. Short, so Ray's socket paths stay under 107 bytes.
     pub fn ray_temp_dir(&self) -> PathBuf {
         self.temp_dir.join("ray")
+    }
+
+    /// Node `i`'s address as Slurm knows it, if it told.
+    pub fn addr_of(&self, i: usize) -> Option<IpAddr> {
+        self.addrs.get(i).copied().flatten()
     }
 
     /// Nodes that must join before the cluster counts as ready.
@@ -69,7 +115,7 @@ impl JobSpec {
     /// Ports this job's agents may listen on, in the order peers try them.
     /// Derived from the job id, so every node computes the same list.
     pub fn mesh_ports(&self) -> Vec<u16> {
-        mesh_ports(self.job_id, self.config.mesh_port_range().unwrap_or((45000, 45999)))
+        mesh_ports(self.job_id, self.config.mesh_port_range().unwrap_or((600, 999)))
     }
 }
 
@@ -84,6 +130,7 @@ pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
         user: "u".into(),
         node: nodes[index].into(),
         nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        addrs: vec![],
         index,
         cpus: 2,
         gpus: vec![],
@@ -92,15 +139,22 @@ pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
         job_dir: PathBuf::from("/run/syndeo").join(&job),
         temp_dir: PathBuf::from("/tmp/syndeo").join(&job),
         shm_dir: PathBuf::from("/dev/shm/syndeo").join(&job),
+        stderr: None,
+        restart_count: 0,
+        start_time: 0,
+        limits: Default::default(),
         config: Config::default(),
     }
 }
+
+/// Candidate mesh ports per job: the first free one is bound.
+pub const MESH_CANDIDATES: usize = 16;
 
 pub fn mesh_ports(job_id: u32, (lo, hi): (u16, u16)) -> Vec<u16> {
     let size = (hi - lo) as u64 + 1;
     let mut out: Vec<u16> = Vec::new();
     let mut k = 0u64;
-    while out.len() < 8.min(size as usize) {
+    while out.len() < MESH_CANDIDATES.min(size as usize) {
         let p = lo + ((job_id as u64).wrapping_mul(2654435761).wrapping_add(k * 7919) % size) as u16;
         if !out.contains(&p) {
             out.push(p);
@@ -116,15 +170,15 @@ mod tests {
 
     #[test]
     fn mesh_ports_are_distinct_in_range_and_stable() {
-        let p = mesh_ports(1234, (45000, 45999));
-        assert_eq!(p.len(), 8);
-        assert!(p.iter().all(|&x| (45000..=45999).contains(&x)));
+        let p = mesh_ports(1234, (600, 999));
+        assert_eq!(p.len(), MESH_CANDIDATES);
+        assert!(p.iter().all(|&x| (600..=999).contains(&x)));
         let mut d = p.clone();
         d.sort();
         d.dedup();
-        assert_eq!(d.len(), 8);
-        assert_eq!(p, mesh_ports(1234, (45000, 45999)));
-        assert_ne!(p, mesh_ports(1235, (45000, 45999)));
+        assert_eq!(d.len(), MESH_CANDIDATES);
+        assert_eq!(p, mesh_ports(1234, (600, 999)));
+        assert_ne!(p, mesh_ports(1235, (600, 999)));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod exec;
 pub mod fault;
 pub mod hostlist;
 pub mod job;
+pub mod limits;
 pub mod root;
 pub mod runtime;
 pub mod secret;

@@ -18,13 +18,13 @@ fn hmac_hex(key: &[u8], msg: &str) -> String {
     hex::encode(m.finalize().into_bytes())
 }
 
-pub fn job_secret(site_key: &[u8], job_id: u32, uid: u32) -> String {
-    hmac_hex(site_key, &format!("syndeo job {job_id} uid {uid}"))
-}
-
-/// Bearer token on every mesh RPC of this job.
-pub fn mesh_token(job_secret: &str) -> String {
-    hmac_hex(job_secret.as_bytes(), "mesh")
+/// The job's secret on every node of the job alike: from the site key, the
+/// job's id and user, and how often and when Slurm started it, so that a
+/// requeued job (same id) gets a fresh one.
+pub fn job_secret(site_key: &[u8], spec: &crate::job::JobSpec) -> String {
+    let run =
+        format!("syndeo job {} uid {} restart {} start {}", spec.job_id, spec.uid, spec.restart_count, spec.start_time);
+    hmac_hex(site_key, &run)
 }
 
 /// 32 random bytes from the kernel, as 64 hex characters (Ray wants 32+).
@@ -33,11 +33,6 @@ pub fn random_token() -> std::io::Result<String> {
     let mut raw = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
     Ok(hex::encode(raw))
-}
-
-/// Constant-time comparison of two tokens.
-pub fn tokens_equal(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// `syndeo-agent keygen`: makes the site key unless there is one, and says so.
@@ -68,16 +63,26 @@ pub fn keygen(path: &Path) -> anyhow::Result<bool> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn same_key_and_job_give_the_same_secret_on_every_node() {
-        assert_eq!(job_secret(b"k", 42, 1000), job_secret(b"k", 42, 1000));
+    fn spec(job: u32, uid: u32, node: usize) -> crate::job::JobSpec {
+        let mut s = crate::job::simulated_spec(job, &["n1", "n2"], node);
+        s.uid = uid;
+        s
     }
 
     #[test]
-    fn secrets_differ_between_jobs_users_and_keys() {
-        assert_ne!(job_secret(b"k", 42, 1000), job_secret(b"k", 43, 1000));
-        assert_ne!(job_secret(b"k", 42, 1000), job_secret(b"k", 42, 1001));
-        assert_ne!(job_secret(b"k", 42, 1000), job_secret(b"other", 42, 1000));
+    fn every_node_of_a_job_derives_the_same_secret() {
+        assert_eq!(job_secret(b"k", &spec(42, 1000, 0)), job_secret(b"k", &spec(42, 1000, 1)));
+    }
+
+    #[test]
+    fn secrets_differ_between_jobs_users_keys_and_runs_of_a_requeued_job() {
+        let base = job_secret(b"k", &spec(42, 1000, 0));
+        assert_ne!(base, job_secret(b"k", &spec(43, 1000, 0)));
+        assert_ne!(base, job_secret(b"k", &spec(42, 1001, 0)));
+        assert_ne!(base, job_secret(b"other", &spec(42, 1000, 0)));
+        let mut requeued = spec(42, 1000, 0);
+        requeued.restart_count = 1;
+        assert_ne!(base, job_secret(b"k", &requeued));
     }
 
     #[test]
@@ -85,14 +90,6 @@ mod tests {
         let (a, b) = (random_token().unwrap(), random_token().unwrap());
         assert_ne!(a, b);
         assert_eq!(a.len(), 64);
-        assert_ne!(mesh_token(&job_secret(b"k", 1, 1000)), a);
-    }
-
-    #[test]
-    fn token_comparison() {
-        assert!(tokens_equal("abc", "abc"));
-        assert!(!tokens_equal("abc", "abd"));
-        assert!(!tokens_equal("abc", "ab"));
     }
 
     #[test]

@@ -1,5 +1,8 @@
-//! `syndeo-agent supervise` (the job user, started by the prolog): keeps the job's
-//! node agent (`syndeo-agent serve`) running on this node. An agent that ends
+//! `syndeo-agent supervise` (started as root by `syndeo-agent start`, which
+//! hands it the job's state and the mesh's socket as descriptors): first it
+//! becomes the job's user for good (with the job's limits, umask and
+//! oom_score_adj, not slurmd's), then it keeps the job's node agent
+//! (`syndeo-agent serve`) running on this node. An agent that ends
 //! without being told to (killed, crashed) is started again, at most
 //! `MAX_RESTARTS` times; the new one rejoins the job's cluster as a worker,
 //! so the job's steps on this node (the batch script among them) still get
@@ -9,6 +12,7 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -20,6 +24,9 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use syndeo_protocol::layout::JobDir;
+
+use crate::job::{JobSpec, JobState};
+use crate::root::privdrop::{drop_to, Identity};
 
 /// Starts of the agent after the first; a node whose agent keeps dying has a
 /// fault that another start will not mend.
@@ -49,35 +56,66 @@ enum Ended {
     Unexpectedly(String),
 }
 
-pub fn run(job_dir: &Path) -> Result<()> {
+pub fn run() -> Result<()> {
+    let state = JobState::inherited()?;
+    let spec = &state.spec;
+    let job_dir = spec.job_dir.clone();
+    become_the_user(spec)?;
     // Own session: the epilog finds the job's processes by it.
     let _ = nix::unistd::setsid();
+    for problem in spec.limits.apply() {
+        log(&job_dir, &format!("could not apply the job's limit {problem}"));
+    }
+    let image = pin_image(spec);
     let signals = waited_signals();
     // Blocked before the first start: no signal is lost between the checks.
     signals.thread_block().context("blocking signals")?;
-    let exe = std::env::current_exe().context("locating syndeo-agent")?;
     let mut restart: Option<(u32, String)> = None;
     loop {
-        let agent = start(&exe, job_dir, restart.as_ref())?;
+        let agent = start(image.as_deref(), restart.as_ref())?;
         let how = match watch(agent, &signals)? {
             Ended::AsTold => return Ok(()),
             Ended::Unexpectedly(how) => how,
         };
         let n = restart.as_ref().map_or(1, |(n, _)| n + 1);
         if n > MAX_RESTARTS {
-            log(job_dir, &format!("the node agent {how}, and was restarted {MAX_RESTARTS} times already; giving up"));
+            log(&job_dir, &format!("the node agent {how}, and was restarted {MAX_RESTARTS} times already; giving up"));
             return Ok(());
         }
-        log(job_dir, &format!("the node agent {how}; starting it again ({n} of {MAX_RESTARTS})"));
+        log(&job_dir, &format!("the node agent {how}; starting it again ({n} of {MAX_RESTARTS})"));
         // A crash that repeats at once does not spin.
         std::thread::sleep(Duration::from_millis(100 * u64::from(n)));
         restart = Some((n, how));
     }
 }
 
-fn start(exe: &PathBuf, job_dir: &Path, restart: Option<&(u32, String)>) -> Result<Pid> {
-    let mut c = Command::new(exe);
-    c.arg0("syndeo-agent").arg("serve").arg("--job-dir").arg(job_dir);
+/// As root still: Slurm's tasks run with oom_score_adj 0 (slurmd's is often
+/// -1000, which the kernel would never pick); then the drop, for good.
+fn become_the_user(spec: &JobSpec) -> Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        std::fs::write("/proc/self/oom_score_adj", "0").context("setting oom_score_adj")?;
+    }
+    let id = Identity::lookup(spec.uid, spec.gid)?;
+    drop_to(&id)
+}
+
+/// The image every start of the agent uses: resolved once, as the user, at
+/// the job's start, so that a restart runs the same image even if the path
+/// changes meanwhile. A path that does not resolve is left to the agent,
+/// which reports it as the job's failure.
+fn pin_image(spec: &JobSpec) -> Option<PathBuf> {
+    let image = spec.image_path().ok()?;
+    std::fs::canonicalize(image).ok()
+}
+
+/// A new agent from this very binary (`/proc/self/exe`: the same version,
+/// even after a package upgrade replaced the file), with the descriptors.
+fn start(image: Option<&Path>, restart: Option<&(u32, String)>) -> Result<Pid> {
+    let mut c = Command::new("/proc/self/exe");
+    c.arg0("syndeo-agent").arg("serve");
+    if let Some(image) = image {
+        c.arg("--image").arg(image);
+    }
     if let Some((n, how)) = restart {
         c.arg("--restart").arg(n.to_string()).arg("--why").arg(how);
     }

@@ -23,3 +23,9 @@ pub const OPTION_VARS: &[&str] = &[
     "SPANK__SLURM_SPANK_OPTION_syndeo_syndeo",
     "_SLURM_SPANK_OPTION_syndeo_syndeo",
 ];
+
+/// At submit, the plugin records in the job's SPANK environment the
+/// submitter's resource limits (`NAME=SOFT:HARD,...`, Slurm's names, "unlimited"
+/// or a number) and umask (octal); the prolog sees them as `SPANK_<name>`.
+pub const RLIMITS_RECORD: &str = "SYNDEO_RLIMITS";
+pub const UMASK_RECORD: &str = "SYNDEO_UMASK";

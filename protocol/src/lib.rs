@@ -5,13 +5,15 @@
 //! - [`env`]: environment variables that cross from one side to the other;
 //! - [`image`]: the check of a `--syndeo=IMAGE` value (at submit and again as root);
 //! - [`local`]: the messages of the agent's local socket, with a protocol version;
-//! - [`client`]: the one synchronous client of that socket (plugin, exec wrapper, CLI).
+//! - [`client`]: the one synchronous client of that socket (plugin, exec wrapper, CLI);
+//! - [`exit`]: what the root-side commands' exit statuses mean to the plugin.
 //!
 //! It depends on serde only, so that the plugin stays small.
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod env;
+pub mod exit;
 pub mod image;
 pub mod layout;
 pub mod local;

@@ -28,7 +28,12 @@ pub enum RunError {
 /// Spawns `cmd` (whose stderr must be piped) and waits at most `limit` for it
 /// to exit, reading its stderr all the while. A child past its limit is killed.
 pub fn run(mut cmd: Command, limit: Duration) -> Result<Finished, RunError> {
-    let mut child = cmd.spawn().map_err(RunError::Spawn)?;
+    finish(cmd.spawn().map_err(RunError::Spawn)?, limit)
+}
+
+/// Waits at most `limit` for a spawned `child` (whose stderr is piped) to
+/// exit, reading its stderr all the while. A child past its limit is killed.
+pub fn finish(mut child: Child, limit: Duration) -> Result<Finished, RunError> {
     let mut err = child.stderr.take();
     if let Some(e) = &err {
         set_nonblocking(e.as_raw_fd());

@@ -19,6 +19,7 @@ pub mod config;
 #[allow(unsafe_code)]
 pub mod ffi;
 pub mod hooks;
+pub mod launch;
 
 /// Why a hook failed: one message for the log of whatever runs the plugin
 /// (srun/sbatch's terminal, slurmd's log, or the step's stderr).

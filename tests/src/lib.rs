@@ -104,7 +104,7 @@ impl Job {
             let done = !matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "");
             if done {
                 // Epilogs run while the job is COMPLETING; wait for them on every node.
-                if nodes().iter().all(|n| !node_path_exists(n, &format!("/run/syndeo/.agents/{}", self.id)))
+                if nodes().iter().all(|n| !node_path_exists(n, &format!("/run/syndeo/.jobs/{}", self.id)))
                     || start.elapsed() > limit
                 {
                     return state;
@@ -185,7 +185,7 @@ fn leftovers_now(job: u32, user: &str) -> Vec<String> {
         }
         for path in [
             format!("/run/syndeo/{job}"),
-            format!("/run/syndeo/.agents/{job}"),
+            format!("/run/syndeo/.jobs/{job}"),
             format!("/tmp/syndeo/{job}"),
             format!("/dev/shm/syndeo/{job}"),
         ] {
@@ -334,8 +334,9 @@ pub fn kill_agent_for_good(job: u32, node: &str) {
     run(&["kill", "-KILL", &agent.to_string()]);
 }
 
-/// Cancels these jobs when dropped: a failing test does not leave jobs that
-/// hold the nodes for the tests after it.
+/// Cancels these jobs when dropped by a failing test, and waits (bounded)
+/// until they have ended and their epilogs ran: a failing test leaves
+/// nothing that holds the nodes, or counts as leftovers, for the tests after it.
 pub struct CancelOnDrop(pub Vec<u32>);
 
 impl Drop for CancelOnDrop {
@@ -343,6 +344,18 @@ impl Drop for CancelOnDrop {
         if std::thread::panicking() {
             for id in &self.0 {
                 run(&["scancel", &id.to_string()]);
+            }
+            for &id in &self.0 {
+                let job = Job { id, dir: PathBuf::from("/") };
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_secs(120) {
+                    let state = job.field("JobState").unwrap_or_default();
+                    let ended = !matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING");
+                    if ended && nodes().iter().all(|n| !node_path_exists(n, &format!("/run/syndeo/.jobs/{id}"))) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
             }
         }
     }

@@ -124,7 +124,7 @@ mod tests {
                 let mut spec = simulated_spec(4242, &nodes, i);
                 spec.config.head_timeout = 1;
                 spec.config.mesh_ports = "47000-47099".into();
-                Arc::new(Shared::new(spec, "t".repeat(64), Arc::new(NoopLauncher)))
+                Arc::new(Shared::new(spec, &"t".repeat(64), Arc::new(NoopLauncher)).unwrap())
             })
             .collect();
         for a in &agents {
@@ -162,7 +162,7 @@ mod tests {
                 let mut spec = simulated_spec(4343, &nodes, i);
                 spec.config.head_timeout = 30;
                 spec.config.mesh_ports = "47100-47199".into();
-                Arc::new(Shared::new(spec, "t".repeat(64), Arc::new(NoopLauncher)))
+                Arc::new(Shared::new(spec, &"t".repeat(64), Arc::new(NoopLauncher)).unwrap())
             })
             .collect();
         agents[0].role.send_replace(Role::SteppedDown);

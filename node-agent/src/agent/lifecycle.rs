@@ -49,8 +49,8 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
         shared.role.send_replace(Role::SteppedDown);
         shared.set_state(NodeState::Starting("this node's agent was restarted; it is rejoining the cluster".into()));
     }
-    let (listener, port) = mesh::bind(ip, &shared.spec.mesh_ports()).await.map_err(|e| e.to_string())?;
-    info!(%ip, port, "mesh listening");
+    let listener = mesh_listener(shared, ip).await?;
+    info!(addr = ?listener.local_addr().ok(), "mesh listening");
     tokio::spawn(mesh::serve(shared.clone(), listener));
 
     // The user's image is checked as the user; a mistake here fails the job, not the node.
@@ -63,6 +63,19 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
             End::Reelect { head, lost, why } => (head, lost, why),
         };
         prepared = prepare_next_round(shared, ip, &mut rounds, head, lost, why).await?;
+    }
+}
+
+/// The socket root bound for this agent's mesh, or (simulated nodes) the
+/// first of the job's ports free on `ip`.
+async fn mesh_listener(shared: &Shared, ip: IpAddr) -> Result<tokio::net::TcpListener, String> {
+    let inherited = shared.mesh_socket.lock().expect("not poisoned").take();
+    match inherited {
+        Some(l) => {
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())
+        }
+        None => Ok(mesh::bind(ip, &shared.spec.mesh_ports()).await.map_err(|e| e.to_string())?.0),
     }
 }
 

@@ -23,7 +23,7 @@ mod state;
 mod view;
 mod worker;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -33,29 +33,46 @@ use tracing::info;
 pub use container::{ContainerLauncher, LAUNCHER_SCRIPT};
 pub use state::{NodeState, Role, Shared};
 
-use crate::job::{JobSpec, SECRET_FILE, SPEC_FILE};
-use crate::secret;
+use crate::job::JobState;
 
-/// `syndeo-agent serve`. `restart`: this is the Nth start after the agent
-/// ended unexpectedly, and how.
-pub fn serve(job_dir: &Path, restart: Option<(u32, String)>) -> Result<()> {
+/// `syndeo-agent serve`, started by the supervisor with the job's state and
+/// the mesh's socket as descriptors. `image`: the image the supervisor
+/// resolved at the job's start; `restart`: this is the Nth start after the
+/// agent ended unexpectedly, and how.
+pub fn serve(image: Option<PathBuf>, restart: Option<(u32, String)>) -> Result<()> {
     crate::supervisor::unblock_for_agent();
-    let spec: JobSpec =
-        serde_json::from_str(&std::fs::read_to_string(job_dir.join(SPEC_FILE))?).context("reading the job spec")?;
-    let job_secret = std::fs::read_to_string(job_dir.join(SECRET_FILE))?;
+    let state = JobState::inherited()?;
+    let mesh_socket = inherited_mesh_socket()?;
+    let mut spec = state.spec;
+    if let Some(image) = image {
+        spec.image = Some(image.display().to_string());
+    }
     let log = std::fs::OpenOptions::new().create(true).append(true).open(spec.dir().agent_log())?;
     tracing_subscriber::fmt()
         .with_writer(std::sync::Mutex::new(log))
         .with_ansi(false)
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SYNDEO_LOG").unwrap_or_else(|_| "info".into()))
         .init();
-    let mut shared = Shared::new(spec, secret::mesh_token(&job_secret), Arc::new(ContainerLauncher));
+    let mut shared = Shared::new(spec, &state.secret, Arc::new(ContainerLauncher))?;
     shared.restart = restart;
+    *shared.mesh_socket.lock().expect("not poisoned") = mesh_socket;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(run_until_stopped(Arc::new(shared)))?;
     // Ray is stopped; the tasks left (the mesh and local servers) need no wait.
     rt.shutdown_background();
     Ok(())
+}
+
+/// The mesh's listening socket root bound (systemd's LISTEN_FDS
+/// convention); the descriptors stay out of the containers' reach.
+fn inherited_mesh_socket() -> Result<Option<std::net::TcpListener>> {
+    let listener = listenfd::ListenFd::from_env().take_tcp_listener(0).context("the inherited mesh socket")?;
+    for fd in [crate::root::start::MESH_FD, crate::root::start::STATE_FD] {
+        let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    }
+    std::env::remove_var("LISTEN_FDS");
+    std::env::remove_var(crate::job::STATE_FD_VAR);
+    Ok(listener)
 }
 
 /// Serves the local socket and runs this node's lifecycle until SIGTERM,

@@ -47,7 +47,8 @@ impl Simulation {
             spec.config.startup_timeout = 120;
             spec.config.head_timeout = 5;
             std::fs::create_dir_all(&spec.job_dir)?;
-            agents.push(Arc::new(Shared::new(spec, "b".repeat(64), launcher.clone())));
+            let shared = Shared::new(spec, &"b".repeat(64), launcher.clone()).map_err(std::io::Error::other)?;
+            agents.push(Arc::new(shared));
         }
         for a in &agents {
             tokio::spawn(lifecycle::run(a.clone()));

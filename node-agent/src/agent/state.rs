@@ -9,6 +9,8 @@ use tokio::sync::{watch, Mutex};
 
 use super::launcher::{Launcher, RayNode};
 use super::mesh::pb::ClusterView;
+use super::mesh::tls::MeshTls;
+use crate::fault::Fault;
 use crate::job::JobSpec;
 use crate::runtime::{self, ContainerRuntime};
 
@@ -47,7 +49,10 @@ pub struct Shared {
     pub spec: JobSpec,
     pub runtime: Box<dyn ContainerRuntime>,
     pub launcher: Arc<dyn Launcher>,
-    pub mesh_token: String,
+    /// The job's mesh identity (derived from the job's secret).
+    pub tls: Arc<MeshTls>,
+    /// The mesh's listening socket, when root bound it for this agent.
+    pub mesh_socket: std::sync::Mutex<Option<std::net::TcpListener>>,
     pub role: watch::Sender<Role>,
     pub view: watch::Sender<ClusterView>,
     /// Head only: what the workers' Watch streams carry, the view without its
@@ -69,11 +74,13 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(spec: JobSpec, mesh_token: String, launcher: Arc<dyn Launcher>) -> Shared {
-        Shared {
+    pub fn new(spec: JobSpec, job_secret: &str, launcher: Arc<dyn Launcher>) -> Result<Shared, Fault> {
+        let tls = MeshTls::from_job_secret(job_secret).map_err(Fault::Node)?;
+        Ok(Shared {
             runtime: runtime::from_config(&spec.config),
             launcher,
-            mesh_token,
+            tls: Arc::new(tls),
+            mesh_socket: std::sync::Mutex::new(None),
             role: watch::channel(Role::Undecided).0,
             view: watch::channel(ClusterView::default()).0,
             broadcast: watch::channel(ClusterView::default()).0,
@@ -85,7 +92,7 @@ impl Shared {
             restart_told: AtomicBool::new(false),
             node_set: OnceLock::new(),
             spec,
-        }
+        })
     }
 
     pub fn set_state(&self, s: NodeState) {

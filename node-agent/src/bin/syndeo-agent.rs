@@ -9,6 +9,8 @@ use node_agent::{agent, exec, root, secret, supervisor, user_cli};
 use syndeo_protocol::env;
 
 fn main() -> ExitCode {
+    // Started as /proc/self/exe, the kernel would name it "exe" in ps and ss.
+    let _ = nix::sys::prctl::set_name(c"syndeo-agent");
     if let Ok(argv0) = std::env::var(env::EXEC_ARGV0) {
         return exec::run_wrapper(argv0);
     }
@@ -16,8 +18,10 @@ fn main() -> ExitCode {
         Cmd::Prolog(a) => root::prolog::run(&a),
         Cmd::Epilog(a) => root::epilog::run(&a),
         Cmd::Keygen { path } => secret::keygen_cli(&path),
-        Cmd::Supervise { job_dir } => supervisor::run(&job_dir),
-        Cmd::Serve { job_dir, restart, why } => agent::serve(&job_dir, restart.zip(why)),
+        Cmd::Start(a) => root::start::run(&a),
+        Cmd::Supervise => supervisor::run(),
+        Cmd::SaveLogs(a) => root::logs::run(&a),
+        Cmd::Serve { image, restart, why } => agent::serve(image, restart.zip(why)),
         Cmd::Status { json } => user_cli::status(json),
         Cmd::Wait { timeout } => user_cli::wait(timeout),
         Cmd::Exec { cmd } => user_cli::exec(&cmd),

@@ -3,13 +3,13 @@
 //! made inside it with `mkdirat`/`fchownat` relative to the opened base, so no
 //! path a user controls is ever followed.
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use nix::fcntl::{AtFlags, OFlag};
+use nix::errno::Errno;
+use nix::fcntl::{renameat2, AtFlags, OFlag, RenameFlags};
 use nix::sys::stat::{mkdirat, Mode};
 use nix::unistd::{fchownat, Gid, Uid};
 
@@ -22,12 +22,16 @@ pub fn open_dir_nofollow(path: &Path) -> std::io::Result<File> {
 /// creating it (and its parents) with `mode` when missing.
 ///
 /// In a sticky, world-writable parent such as /tmp or /dev/shm any user may
-/// have created `base` first (a link, a file, their own directory). Such an
-/// entry is renamed aside (`<base>.untrusted-<pid>`), never followed, and a
-/// fresh directory made: a user cannot make the prolog fail and so drain the
-/// node. Anywhere else a wrong entry is the admin's to fix: an error.
+/// have created `base` first (a link, a file, their own directory), and may
+/// keep re-creating it in a loop. syndeo never follows such an entry and
+/// never loses the race: it makes a fresh root-owned directory under an
+/// unpredictable name and atomically exchanges it with whatever holds
+/// `base` (`renameat2(RENAME_EXCHANGE)`). Once in place, a root-owned entry
+/// of a sticky directory cannot be moved or removed by a user, so one
+/// exchange settles it; the user's entry is left under the aside name.
+/// Anywhere else a wrong entry is the admin's to fix: an error.
 pub fn ensure_root_base(base: &Path, mode: u32) -> Result<File> {
-    for _ in 0..3 {
+    for _ in 0..4 {
         match open_dir_nofollow(base) {
             Ok(dir) => {
                 let meta = dir.metadata()?;
@@ -35,11 +39,16 @@ pub fn ensure_root_base(base: &Path, mode: u32) -> Result<File> {
                     return Ok(dir);
                 }
                 let why = format!("owner {}, mode {:o}", meta.uid(), meta.mode() & 0o7777);
-                move_aside_or_fail(base, &why)?;
+                replace_squatted(base, mode, &why)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let Some(parent) = base.parent() {
                     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+                }
+                if shared_tmp(base)? {
+                    // Made aside and moved in whole: never a moment as the user's.
+                    replace_squatted(base, mode, "missing")?;
+                    continue;
                 }
                 match std::fs::DirBuilder::new().mode(mode).create(base) {
                     Ok(()) => std::fs::set_permissions(base, std::fs::Permissions::from_mode(mode))?,
@@ -48,26 +57,62 @@ pub fn ensure_root_base(base: &Path, mode: u32) -> Result<File> {
                 }
             }
             // A link (ELOOP) or a non-directory (ENOTDIR) in its place.
-            Err(e) => move_aside_or_fail(base, &e.to_string())?,
+            Err(e) => replace_squatted(base, mode, &e.to_string())?,
         }
     }
-    bail!("{} keeps being replaced while syndeo creates it; check who writes there", base.display())
+    bail!("{} keeps changing while syndeo creates it; check who writes there", base.display())
 }
 
-fn move_aside_or_fail(base: &Path, why: &str) -> Result<()> {
-    let parent = base.parent().unwrap_or(Path::new("/"));
-    let pmeta = std::fs::symlink_metadata(parent).with_context(|| format!("stat {}", parent.display()))?;
-    let shared_tmp = pmeta.is_dir() && pmeta.mode() & 0o1002 == 0o1002;
-    if !shared_tmp {
+/// Whether `path`'s parent is a sticky directory anyone may write (/tmp).
+fn shared_tmp(path: &Path) -> Result<bool> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    let meta = std::fs::symlink_metadata(parent).with_context(|| format!("stat {}", parent.display()))?;
+    Ok(meta.is_dir() && meta.mode() & 0o1002 == 0o1002)
+}
+
+/// In a sticky shared directory: a fresh root-owned directory takes `base`'s
+/// place atomically, and what was there goes to an unpredictable aside name.
+/// Elsewhere: an error for the admin.
+fn replace_squatted(base: &Path, mode: u32, why: &str) -> Result<()> {
+    if !shared_tmp(base)? {
         bail!("{} must be a directory owned by root and not writable by group or others ({why})", base.display());
     }
-    let aside = base.with_file_name(format!(
-        "{}.untrusted-{}",
-        base.file_name().and_then(|n| n.to_str()).unwrap_or("syndeo"),
-        std::process::id()
-    ));
-    eprintln!("warning: {} was not root's ({why}); moved it to {}", base.display(), aside.display());
-    std::fs::rename(base, &aside).with_context(|| format!("moving {} aside", base.display()))
+    let fresh = aside_name(base, "new")?;
+    std::fs::DirBuilder::new().mode(mode).create(&fresh).with_context(|| format!("creating {}", fresh.display()))?;
+    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(mode))?;
+    match renameat2(None, &fresh, None, base, RenameFlags::RENAME_EXCHANGE) {
+        Ok(()) => {
+            let old = aside_name(base, "untrusted")?;
+            std::fs::rename(&fresh, &old).with_context(|| format!("moving {} aside", fresh.display()))?;
+            eprintln!("warning: {} was not root's ({why}); moved it to {}", base.display(), old.display());
+            Ok(())
+        }
+        Err(Errno::ENOENT) => {
+            // Nothing to exchange with (it was missing, or removed meanwhile).
+            match renameat2(None, &fresh, None, base, RenameFlags::RENAME_NOREPLACE) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let _ = std::fs::remove_dir(&fresh);
+                    if e == Errno::EEXIST {
+                        Ok(()) // raced: the caller looks again
+                    } else {
+                        Err(e).with_context(|| format!("moving {} into place", fresh.display()))
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir(&fresh);
+            Err(e).with_context(|| format!("exchanging {} for {}", fresh.display(), base.display()))
+        }
+    }
+}
+
+/// `<base>.<what>-<16 random hex digits>` beside `base`.
+fn aside_name(base: &Path, what: &str) -> Result<PathBuf> {
+    let random = crate::secret::random_token().context("random bytes")?;
+    let name = base.file_name().and_then(|n| n.to_str()).unwrap_or("syndeo");
+    Ok(base.with_file_name(format!("{name}.{what}-{}", &random[..16])))
 }
 
 /// Creates `name` in the opened root-owned `parent`, mode 0700, owned by
@@ -75,41 +120,10 @@ fn move_aside_or_fail(base: &Path, why: &str) -> Result<()> {
 /// is removed first, without following links.
 pub fn make_job_dir(parent: &File, parent_path: &Path, name: &str, uid: u32, gid: u32) -> Result<()> {
     let path = parent_path.join(name);
-    if std::fs::symlink_metadata(&path).is_ok() {
-        remove_entry(&path)?;
-    }
+    remove_in(parent, parent_path, name)?;
     mkdirat(Some(parent.as_raw_fd()), name, Mode::from_bits_truncate(0o700))
         .with_context(|| format!("mkdir {}", path.display()))?;
     chown_in(parent, name, uid, gid).with_context(|| format!("chown {}", path.display()))
-}
-
-/// Creates `name` in the opened root-owned `parent` as root's, so the user
-/// has no window to plant links where root writes; writes `files` into it
-/// (0600, never following a link, each then given to uid:gid) and hands the
-/// directory itself to uid:gid last.
-pub fn make_filled_job_dir(
-    parent: &File,
-    parent_path: &Path,
-    name: &str,
-    files: &[(&str, String)],
-    uid: u32,
-    gid: u32,
-) -> Result<()> {
-    make_job_dir(parent, parent_path, name, 0, 0)?;
-    let dir = open_dir_nofollow(&parent_path.join(name))?;
-    for (file, content) in files {
-        let path = PathBuf::from(format!("/proc/self/fd/{}/{file}", dir.as_raw_fd()));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(OFlag::O_NOFOLLOW.bits())
-            .open(&path)
-            .with_context(|| format!("writing {file} in {}", parent_path.join(name).display()))?;
-        f.write_all(content.as_bytes())?;
-        chown_in(&dir, file, uid, gid)?;
-    }
-    chown_in(parent, name, uid, gid)
 }
 
 pub fn chown_in(parent: &File, name: &str, uid: u32, gid: u32) -> Result<()> {
@@ -136,37 +150,23 @@ pub fn remove_in_root_base(base: &Path, name: &str) -> Result<()> {
     if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
         bail!("{} is not root's (owner {}); removed nothing there", base.display(), meta.uid());
     }
-    remove_entry(&PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd())))
+    remove_in(&dir, base, name)
 }
 
-/// Removes a file, link or whole tree at `path` without following links
-/// (`std::fs::remove_dir_all` does not follow them).
-pub fn remove_entry(path: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("stat {}", path.display())),
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).with_context(|| format!("removing {}", path.display())),
-        Ok(_) => std::fs::remove_file(path).with_context(|| format!("removing {}", path.display())),
+/// Removes the entry `name` of the opened directory `parent`, whatever it
+/// is, without following links (see `remove.rs`).
+fn remove_in(parent: &File, parent_path: &Path, name: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let left = super::remove::remove_tree_at(parent.as_raw_fd(), std::ffi::OsStr::new(name), parent_path, deadline);
+    match left.failures.first() {
+        None => Ok(()),
+        Some((p, why)) => bail!("cannot remove {}: {why}", p.display()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn remove_entry_does_not_follow_a_symlink_to_a_directory() {
-        let d = tempfile::tempdir().unwrap();
-        let victim = d.path().join("victim");
-        std::fs::create_dir(&victim).unwrap();
-        std::fs::write(victim.join("keep"), b"x").unwrap();
-        let job = d.path().join("job");
-        std::fs::create_dir(&job).unwrap();
-        std::os::unix::fs::symlink(&victim, job.join("link")).unwrap();
-        remove_entry(&job).unwrap();
-        assert!(!job.exists());
-        assert!(victim.join("keep").exists(), "the link's target must survive");
-    }
 
     #[test]
     fn a_base_that_is_not_roots_is_refused_outside_a_sticky_dir() {
@@ -193,24 +193,6 @@ mod tests {
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
         remove_in_root_base(&base, "42").unwrap();
         assert!(!base.join("42").exists() && base.exists());
-    }
-
-    #[test]
-    fn a_filled_job_dir_has_private_files_and_a_planted_link_is_not_followed() {
-        use std::os::unix::fs::PermissionsExt;
-        let d = tempfile::tempdir().unwrap();
-        let parent = open_dir_nofollow(d.path()).unwrap();
-        // A link where the job dir goes is removed first, never followed.
-        let victim = d.path().join("victim");
-        std::fs::create_dir(&victim).unwrap();
-        std::os::unix::fs::symlink(&victim, d.path().join("42")).unwrap();
-        let me = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
-        make_filled_job_dir(&parent, d.path(), "42", &[("secret", "s3cret".into())], me.0, me.1).unwrap();
-        let secret = d.path().join("42/secret");
-        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "s3cret");
-        assert_eq!(std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777, 0o600);
-        assert_eq!(std::fs::metadata(d.path().join("42")).unwrap().permissions().mode() & 0o777, 0o700);
-        assert!(std::fs::read_dir(&victim).unwrap().next().is_none(), "wrote through the link");
     }
 
     #[test]

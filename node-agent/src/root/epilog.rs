@@ -1,64 +1,96 @@
-//! `syndeo-agent epilog` (root, from the SPANK epilog on every node): asks the
-//! job's agent to stop Ray (SIGTERM), waits a bounded grace period, kills
-//! every process left of the job's cluster on this node, and removes the
-//! job's directories. It finishes within its bound even when the agent hung
-//! or died. It fails (a node fault) only if processes survive SIGKILL.
-use std::path::Path;
+//! `syndeo-agent epilog` (root, from the SPANK epilog on every node): asks
+//! the job's supervisor to stop (SIGTERM: the agent stops Ray gracefully),
+//! waits a bounded grace period, kills whatever of the job's is left (with
+//! Slurm's cgroup plugins, Slurm already has), keeps the job's logs in its
+//! work directory, unmounts the job's tmpfs mounts and removes its trees at
+//! any depth. It finishes within its bound even when the agent hung, died or
+//! was never started.
+//!
+//! What cannot be removed is named with its path, and the node is not
+//! drained for it: the job's own content never takes a node out of service.
+//! Only processes that survive SIGKILL are a node fault.
+use std::ffi::OsStr;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-
-use crate::cli::EpilogArgs;
-use crate::config::Config;
-use crate::root::dirs::remove_in_root_base;
-use crate::root::procs::{self, job_processes};
-use crate::root::prolog::AGENTS_DIR;
 use syndeo_protocol::env::JOB_MARKER;
 
+use super::dirs::open_dir_nofollow;
+use super::remove::remove_tree_at;
+use super::state::{ProcRecord, StateDir};
+use super::{logs, mounts, procs};
+use crate::cli::EpilogArgs;
+use crate::config::Config;
+
+/// The time the epilog gives the removal of the job's trees.
+const REMOVAL_LIMIT: Duration = Duration::from_secs(90);
+
 pub fn run(a: &EpilogArgs) -> Result<()> {
+    super::prolog::mark_inherited_fds_cloexec();
     let c = &a.common;
     let config = Config::load(&c.config).unwrap_or_else(|e| {
         eprintln!("{e}; cleaning up with the default paths");
         Config::default()
     });
+    let state_dir = StateDir::open(&c.runtime_base, c.job).unwrap_or_else(|e| {
+        eprintln!("{e:#}");
+        None
+    });
+    let state = state_dir.as_ref().and_then(|d| d.load().ok());
+    let supervisor = state_dir.as_ref().and_then(|d| d.supervisor()).filter(|r| alive(*r));
+    if let Some(r) = supervisor {
+        stop_gracefully(r, Duration::from_secs(config.stop_grace.min(60)));
+    }
+    let survivors = kill_all(c.uid, c.job, supervisor.map(|r| r.pid));
+    if let Some(state) = &state {
+        logs::save(&state.spec);
+    }
     let name = c.job.to_string();
-    let record = c.runtime_base.join(AGENTS_DIR).join(&name);
-    let agent = read_record(&record).filter(|(pid, start)| procs::stat(*pid).is_some_and(|s| s.start_time == *start));
-
-    if let Some((pid, _)) = agent {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(config.stop_grace);
-        while Instant::now() < deadline && procs::stat(pid).is_some_and(|s| s.start_time == agent.unwrap().1) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    let survivors = kill_all(c.uid, &name, agent.map(|(pid, _)| pid));
+    let mut left = Vec::new();
     for base in [&c.runtime_base, &config.temp_base, &config.shm_base] {
-        if let Err(e) = remove_in_root_base(base, &name) {
-            eprintln!("{e:#}");
-        }
+        left.extend(remove_job_dir(base, &name));
     }
-    remove_in_root_base(&c.runtime_base.join(AGENTS_DIR), &name)?;
+    if let Err(e) = StateDir::remove(&c.runtime_base, c.job) {
+        left.push(format!("{}: {e:#}", c.runtime_base.join(super::state::JOBS_DIR).join(&name).display()));
+    }
+    for l in &left {
+        eprintln!("not removed: {l}");
+    }
     if !survivors.is_empty() {
         bail!("processes of job {name} survived SIGKILL: {survivors:?}");
+    }
+    if !left.is_empty() {
+        // The plugin logs "node clean" only on success; this says what is not.
+        eprintln!("job {name}: {} path(s) could not be removed; the node stays in service", left.len());
+        std::process::exit(syndeo_protocol::exit::NOT_CLEAN);
     }
     Ok(())
 }
 
-fn read_record(path: &Path) -> Option<(i32, u64)> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let mut it = text.split_whitespace();
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+fn alive(r: ProcRecord) -> bool {
+    procs::stat(r.pid).is_some_and(|s| s.start_time == r.start_time)
+}
+
+/// SIGTERM to the supervisor (which passes it on to the agent, which stops
+/// Ray), then up to `grace` for it to end.
+fn stop_gracefully(r: ProcRecord, grace: Duration) {
+    let _ = kill(Pid::from_raw(r.pid), Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && alive(r) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// SIGKILLs the job's processes until none is left (at most ~10 s); returns survivors.
-fn kill_all(uid: u32, job: &str, session: Option<i32>) -> Vec<i32> {
+fn kill_all(uid: u32, job: u32, session: Option<i32>) -> Vec<i32> {
+    let job = job.to_string();
     let mut left = Vec::new();
     for _ in 0..100 {
-        left = job_processes(uid, (JOB_MARKER, job), session);
+        left = procs::job_processes(uid, (JOB_MARKER, &job), session);
         if left.is_empty() {
             break;
         }
@@ -68,4 +100,26 @@ fn kill_all(uid: u32, job: &str, session: Option<i32>) -> Vec<i32> {
         std::thread::sleep(Duration::from_millis(100));
     }
     left
+}
+
+/// Unmounts `<base>/<name>` if it is a mount, and removes it, through the
+/// opened base (never through a link, and nothing if the base is not root's).
+/// Returns what could not be removed.
+fn remove_job_dir(base: &Path, name: &str) -> Vec<String> {
+    let dir = base.join(name);
+    if let Err(e) = mounts::unmount(&dir) {
+        return vec![format!("{}: {e:#}", dir.display())];
+    }
+    let parent = match open_dir_nofollow(base) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return vec![],
+        Err(e) => return vec![format!("{}: {e} (not a directory of root's; removed nothing there)", base.display())],
+    };
+    use std::os::unix::fs::MetadataExt;
+    match parent.metadata() {
+        Ok(m) if m.uid() == 0 && m.mode() & 0o022 == 0 => {}
+        _ => return vec![format!("{}: not root's alone; removed nothing there", base.display())],
+    }
+    let left = remove_tree_at(parent.as_raw_fd(), OsStr::new(name), base, Instant::now() + REMOVAL_LIMIT);
+    left.failures.into_iter().map(|(p, why): (PathBuf, String)| format!("{}: {why}", p.display())).collect()
 }

@@ -1,41 +1,39 @@
 //! `syndeo-agent prolog` (root, from the SPANK prolog on every node of a
-//! syndeo job): makes the job's directories, writes the job spec and the
-//! job's secrets, drops to the job user and starts the node agent's
-//! supervisor detached.
-//! It returns as soon as the agent listens; it never waits for Ray.
+//! syndeo job): prepares this node for the job. It checks what reached it
+//! (the site configuration, the `--syndeo` value, the job's shape, the site
+//! key), makes the job's directories (the runtime and shared-memory ones as
+//! size-capped tmpfs mounts) and writes the job's spec and secret into
+//! root's own state directory. It starts nothing: `syndeo-agent start` does,
+//! from the job's extern step when Slurm has one (so that everything of the
+//! job's cluster lives in the job's cgroups), or right after this.
 //!
-//! Errors returned from here are node faults: the node is drained with a
-//! reason that names the fault, and the plugin fails the prolog (Slurm
-//! requeues the job). A user's mistake, such as a bad image, is not detected
-//! here at all: the agent finds it as the user and the job's steps report it.
-use std::fs::File;
-use std::io::Write;
+//! A user's mistake leaves a note in the job's runtime directory, which the
+//! job's steps print, and the prolog succeeds: a failed prolog drains the
+//! node. Errors returned from here are node faults: the node is drained with
+//! a reason that names the fault.
+use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
-
-use crate::cli::PrologArgs;
-use crate::config::Config;
-use syndeo_protocol::env::JOB_MARKER;
+use nix::fcntl::OFlag;
+use syndeo_protocol::env::{RLIMITS_RECORD, UMASK_RECORD};
+use syndeo_protocol::image::check_image_value;
 use syndeo_protocol::layout::JobDir;
 
-use crate::job::{JobSpec, SECRET_FILE, SPEC_FILE};
-use crate::root::dirs::{ensure_root_base, make_filled_job_dir, make_job_dir};
-use crate::root::drain;
-use crate::root::privdrop::{drop_to, Identity};
-use crate::root::procs;
+use super::dirs::{ensure_root_base, make_job_dir, open_dir_nofollow};
+use super::privdrop::Identity;
+use super::state::{JobState, StateDir};
+use super::{drain, mounts, sitekey};
+use crate::cli::PrologArgs;
+use crate::config::Config;
+use crate::job::JobSpec;
+use crate::limits::JobLimits;
 use crate::{alloc, hostlist, secret};
 
-/// Directory under the runtime base where root records each job's agent.
-pub const AGENTS_DIR: &str = ".agents";
-
 pub fn run(a: &PrologArgs) -> Result<()> {
-    let result = set_up(a);
+    mark_inherited_fds_cloexec();
+    let result = prepare(a);
     if let Err(e) = &result {
         let node = std::env::var("SLURMD_NODENAME").unwrap_or_default();
         if !node.is_empty() {
@@ -45,93 +43,106 @@ pub fn run(a: &PrologArgs) -> Result<()> {
     result
 }
 
-fn set_up(a: &PrologArgs) -> Result<()> {
-    mark_inherited_fds_cloexec();
+/// Why the job cannot have a cluster on this node, when it is not the
+/// node's fault: the message for the job's steps.
+struct JobRefused(String);
+
+fn prepare(a: &PrologArgs) -> Result<()> {
     let id = Identity::lookup(a.common.uid, a.gid)?;
     let config = match Config::load(&a.common.config) {
         Ok(c) => c,
         // A broken site config must not drain every node it reaches: syndeo
         // jobs fail with the reason, other jobs run on.
         Err(e) => {
-            return fail_job(a, &id, &format!("syndeo's site configuration is invalid, ask the admins to fix it: {e}"))
+            let msg = format!("syndeo's site configuration is invalid, ask the admins to fix it: {e}");
+            return refuse(a, &id, &Config::default(), JobRefused(msg));
         }
     };
+    if let Err(refused) = check_job(a) {
+        return refuse(a, &id, &config, refused);
+    }
+    let key = sitekey::read(&config.site_key)?;
     let spec = job_spec(a, &id, config)?;
+    let secret = secret::job_secret(&key, &spec);
+    make_dirs(a, &spec)?;
+    let state = StateDir::create(&a.common.runtime_base, spec.job_id)?;
+    state.save(&JobState { spec, secret })
+}
 
-    let base = ensure_root_base(&a.common.runtime_base, 0o755)?;
-    let agents = ensure_agents_dir(&a.common.runtime_base)?;
-    let name = a.common.job.to_string();
-    for parent in [&spec.config.temp_base, &spec.config.shm_base] {
-        let dir = ensure_root_base(parent, 0o755)?;
-        make_job_dir(&dir, parent, &name, id.uid, id.gid)?;
+/// What the user controls about the job, checked again as root: the
+/// `--syndeo` value (a value set by hand in the job's environment never
+/// passed the submit-side check) and the job's shape.
+fn check_job(a: &PrologArgs) -> std::result::Result<(), JobRefused> {
+    if let Some(image) = &a.image {
+        check_image_value(image).map_err(|m| JobRefused(m.trim_start_matches("syndeo: ").to_string()))?;
     }
-    write_job_dir(&base, &a.common.runtime_base, &spec)?;
-
-    let mut record = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(OFlag::O_NOFOLLOW.bits())
-        .open(agents.join(&name))
-        .context("recording the agent")?;
-    let exe = std::env::current_exe().context("locating syndeo-agent")?;
-
-    drop_to(&id)?;
-    let home = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(id.uid))?
-        .map(|u| u.dir)
-        .unwrap_or_else(|| spec.workdir.clone());
-    let mut child = Command::new(&exe)
-        .arg0("syndeo-agent")
-        .arg("supervise")
-        .arg("--job-dir")
-        .arg(&spec.job_dir)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", home)
-        .env("USER", &id.name)
-        .env("LOGNAME", &id.name)
-        .env(JOB_MARKER, &name)
-        .current_dir(&spec.job_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting the node agent")?;
-    let pid = child.id() as i32;
-    let start_time = procs::stat(pid).map(|s| s.start_time).unwrap_or(0);
-    writeln!(record, "{pid} {start_time}")?;
-    drop(record);
-
-    // Return once the agent listens, so a job step never races its socket.
-    let socket = spec.dir().socket();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if socket.exists() {
-            return Ok(());
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            eprintln!("node agent exited at start ({status}); see {}/agent.log", spec.job_dir.display());
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if std::env::var("SLURM_HET_JOB_ID").is_ok_and(|v| !v.is_empty() && v != "0") {
+        return Err(JobRefused(
+            "syndeo does not run a Ray cluster for a heterogeneous job (its components are separate \
+             allocations); submit one job with --syndeo for the nodes that need Ray"
+                .into(),
+        ));
     }
-    eprintln!("node agent did not open {} within 10 s", socket.display());
     Ok(())
 }
 
-/// Leaves `<job dir>/failed` (the user's, 0600) with `message` and starts no
-/// agent: the job's steps print the message and fail; the node stays in
-/// service. The message also goes to slurmd's log.
-fn fail_job(a: &PrologArgs, id: &Identity, message: &str) -> Result<()> {
-    eprintln!("{message}");
-    let base = ensure_root_base(&a.common.runtime_base, 0o755)?;
-    let note = JobDir::new(&a.common.runtime_base, a.common.job).failed_note();
-    let note_name = note.file_name().expect("a file name").to_string_lossy().into_owned();
-    let files = [(note_name.as_str(), message.to_string())];
-    make_filled_job_dir(&base, &a.common.runtime_base, &a.common.job.to_string(), &files, id.uid, id.gid)
+/// Leaves `message` as the job's note on this node (the job's steps print it
+/// and fail; the node stays in service), and in slurmd's log.
+fn refuse(a: &PrologArgs, id: &Identity, config: &Config, why: JobRefused) -> Result<()> {
+    eprintln!("{}", why.0);
+    let dir = make_runtime_dir(&a.common.runtime_base, a.common.job, config, id.uid, id.gid)?;
+    write_failed_note(&dir, &why.0)
 }
 
+/// The job's runtime directory: a fresh tmpfs of `runtime_dir_mb`, the
+/// user's, mode 0700. A leftover of an earlier run of the same job id
+/// (a requeued job) goes first.
+fn make_runtime_dir(base: &Path, job: u32, config: &Config, uid: u32, gid: u32) -> Result<JobDir> {
+    let dir = JobDir::new(base, job);
+    let parent = ensure_root_base(base, 0o755)?;
+    mounts::unmount(dir.path())?;
+    make_job_dir(&parent, base, &job.to_string(), 0, 0)?;
+    mounts::mount_tmpfs(dir.path(), config.runtime_dir_mb, uid, gid, false)?;
+    Ok(dir)
+}
+
+/// Writes the note as root into the job's runtime tmpfs (never through a
+/// link; an existing entry of that name is an error); the user reads it.
+pub fn write_failed_note(dir: &JobDir, message: &str) -> Result<()> {
+    let root = open_dir_nofollow(dir.path())?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(OFlag::O_NOFOLLOW.bits())
+        .open(PathBuf::from(format!("/proc/self/fd/{}/failed", std::os::fd::AsRawFd::as_raw_fd(&root))))
+        .with_context(|| format!("writing {}", dir.failed_note().display()))?;
+    f.write_all(message.as_bytes())?;
+    Ok(())
+}
+
+/// The runtime dir (tmpfs), the temp dir (a directory, or a tmpfs with
+/// `temp_mb`) and the shared-memory dir (tmpfs), each the user's.
+fn make_dirs(a: &PrologArgs, spec: &JobSpec) -> Result<()> {
+    let c = &spec.config;
+    make_runtime_dir(&a.common.runtime_base, spec.job_id, c, spec.uid, spec.gid)?;
+    let name = spec.job_id.to_string();
+    for (base, size_mb, exec) in [(&c.temp_base, c.temp_mb, true), (&c.shm_base, c.shm_size_mb(), true)] {
+        let parent = ensure_root_base(base, 0o755)?;
+        let dir = base.join(&name);
+        mounts::unmount(&dir)?;
+        if size_mb == 0 {
+            make_job_dir(&parent, base, &name, spec.uid, spec.gid)?;
+        } else {
+            make_job_dir(&parent, base, &name, 0, 0)?;
+            mounts::mount_tmpfs(&dir, size_mb, spec.uid, spec.gid, exec)?;
+        }
+    }
+    Ok(())
+}
+
+/// The job as this node sees it, from the prolog's environment (set by
+/// slurmd), the plugin's arguments and the node addresses it sends on stdin.
 fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let node = env("SLURMD_NODENAME").ok_or_else(|| anyhow!("SLURMD_NODENAME is not set in the prolog"))?;
@@ -149,7 +160,10 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
         .and_then(|v| v.get(index).copied())
         .unwrap_or(1);
     let gpus = alloc::gpu_ids(env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).as_deref());
-    let workdir = env("SLURM_JOB_WORK_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+    let addrs = node_addrs(&nodes)?;
+    let propagate: Vec<&str> = a.propagate.split(',').filter(|s| !s.is_empty()).collect();
+    let (rlimits, umask) = (format!("SPANK_{RLIMITS_RECORD}"), format!("SPANK_{UMASK_RECORD}"));
+    let limits = JobLimits::parse(env(&rlimits).as_deref(), env(&umask).as_deref(), &propagate);
     let job = a.common.job.to_string();
     Ok(JobSpec {
         job_id: a.common.job,
@@ -158,36 +172,40 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
         user: id.name.clone(),
         node,
         nodes,
+        addrs,
         index,
         cpus,
         gpus,
         image: a.image.clone(),
-        workdir,
+        workdir: env("SLURM_JOB_WORK_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/")),
         job_dir: a.common.runtime_base.join(&job),
         temp_dir: config.temp_base.join(&job),
         shm_dir: config.shm_base.join(&job),
+        stderr: env("SLURM_JOB_STDERR").map(PathBuf::from).filter(|p| p.is_absolute()),
+        restart_count: env("SLURM_JOB_RESTART_COUNT").and_then(|v| v.parse().ok()).unwrap_or(0),
+        start_time: env("SLURM_JOB_START_TIME").and_then(|v| v.parse().ok()).unwrap_or(0),
+        limits,
         config,
     })
 }
 
-fn ensure_agents_dir(base: &Path) -> Result<PathBuf> {
-    let p = base.join(AGENTS_DIR);
-    ensure_root_base(&p, 0o700)?;
-    Ok(p)
-}
-
-/// The job directory: the job's description and its mesh secret.
-fn write_job_dir(base: &File, base_path: &Path, spec: &JobSpec) -> Result<()> {
-    let key = std::fs::read_to_string(&spec.config.site_key).with_context(|| {
-        format!("reading the site key {} (run `syndeo-agent keygen`)", spec.config.site_key.display())
-    })?;
-    let job_secret = secret::job_secret(key.trim().as_bytes(), spec.job_id, spec.uid);
-    let files = [(SPEC_FILE, serde_json::to_string_pretty(spec)?), (SECRET_FILE, job_secret)];
-    make_filled_job_dir(base, base_path, &spec.job_id.to_string(), &files, spec.uid, spec.gid)
+/// The nodes' addresses as Slurm's configuration gives them (NodeAddr): the
+/// plugin looks them up inside Slurm and sends `{"node": "addr", ...}` on
+/// stdin. A node it could not place is reached by name.
+fn node_addrs(nodes: &[String]) -> Result<Vec<Option<std::net::IpAddr>>> {
+    let mut text = String::new();
+    std::io::stdin().take(64 << 20).read_to_string(&mut text).context("reading the node addresses")?;
+    if text.trim().is_empty() {
+        return Ok(vec![None; nodes.len()]);
+    }
+    let map: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&text).context("the node addresses the plugin sent")?;
+    Ok(nodes.iter().map(|n| map.get(n).and_then(|a| a.parse().ok())).collect())
 }
 
 /// Slurm's descriptors must not reach the user's processes.
-fn mark_inherited_fds_cloexec() {
+pub fn mark_inherited_fds_cloexec() {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
     let Ok(rd) = std::fs::read_dir("/proc/self/fd") else { return };
     let fds: Vec<i32> = rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).filter(|&fd| fd > 2).collect();
     for fd in fds {

@@ -1,18 +1,29 @@
 //! Prolog and epilog (`S_CTX_JOB_SCRIPT`, root, every allocated node). The
 //! plugin only decides whether the job is a syndeo job and runs
-//! `syndeo-agent prolog|epilog`, a root-owned binary that does the work.
-//! No shell is involved and the child gets a clean environment.
+//! `syndeo-agent prolog|start|epilog`, a root-owned binary that does the
+//! work. No shell is involved and the child gets a clean environment.
 //!
-//! Exit status of the agent: 0 done (user errors are reported to the job
-//! through the agent, never by failing the prolog: a failed prolog drains the
-//! node); anything else is a node fault, and the hook fails.
+//! The prolog prepares the node; the agent is started (`start`) where
+//! `launch.rs` says: from the job's extern step when Slurm has one, else
+//! right here. The plugin sends the prolog the job's nodes' addresses, which
+//! only Slurm's own configuration knows.
+//!
+//! Exit status of the agent (`syndeo_protocol::exit`): 0 done (user errors
+//! are reported to the job through the agent, never by failing the prolog: a
+//! failed prolog drains the node); NOT_CLEAN from the epilog: it named what
+//! it could not remove, and the node stays in service; anything else is a
+//! node fault, and the hook fails.
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use syndeo_protocol::exit;
+
 use crate::child::{self, RunError};
 use crate::config::PluginConfig;
-use crate::ffi::{log_info, Context, Spank};
+use crate::ffi::{adopt_into_extern_step, log_error, log_info, node_addresses, running_conf, Context, Spank};
 use crate::hooks::config;
+use crate::launch::{launch, propagated, Launch};
 use crate::{HookError, HookResult};
 
 /// Environment the agent needs from the prolog's, by name.
@@ -30,7 +41,8 @@ const PASS_ENV: &[&str] = &[
 ];
 
 const PROLOG_LIMIT: Duration = Duration::from_secs(60);
-const EPILOG_LIMIT: Duration = Duration::from_secs(120);
+const START_LIMIT: Duration = Duration::from_secs(30);
+const EPILOG_LIMIT: Duration = Duration::from_secs(150);
 
 pub fn prolog(sp: &Spank) -> HookResult {
     if sp.context() != Context::JobScript {
@@ -41,14 +53,78 @@ pub fn prolog(sp: &Spank) -> HookResult {
     };
     let cfg = config(sp)?;
     let (job, uid, gid) = (sp.job_id()?, sp.uid()?, sp.gid()?);
+    let conf = running_conf();
     let mut cmd = agent_command(&cfg, "prolog", job, uid);
-    cmd.arg(format!("--gid={gid}"));
+    cmd.arg(format!("--gid={gid}")).arg(format!("--propagate={}", propagated(&conf).join(",")));
     if let Some(image) = image {
         // One argument, whatever the value: the agent checks it again.
         cmd.arg(format!("--image={image}"));
     }
-    log_info(&format!("syndeo: prolog for job {job}: starting the node agent"));
-    run(cmd, PROLOG_LIMIT, "prolog")
+    let how = launch(&conf);
+    log_info(&format!("syndeo: prolog for job {job}: preparing the node (the agent starts {how:?})"));
+    run_with_input(cmd, &addresses_json(), PROLOG_LIMIT, "prolog")?;
+    match how {
+        Launch::ExternStep => Ok(()),
+        Launch::PrologAdopted => start_agent(&cfg, job, uid, true),
+        Launch::Prolog => start_agent(&cfg, job, uid, false),
+    }
+}
+
+/// Whether the prolog prepared job `job` on this node: root's state
+/// directory for it exists (nothing the user can make).
+pub fn prepared(cfg: &PluginConfig, job: u32) -> bool {
+    cfg.runtime_base.join(".jobs").join(job.to_string()).join("spec.json").exists()
+}
+
+/// `syndeo-agent start` for a prepared job. With `adopt`, the helper waits
+/// until the plugin has added it to the job's extern step, so that all it
+/// starts lives in the job's cgroups.
+pub fn start_agent(cfg: &PluginConfig, job: u32, uid: u32, adopt: bool) -> HookResult {
+    let mut cmd = agent_command(cfg, "start", job, uid);
+    cmd.arg("--hold").stdin(Stdio::piped());
+    let mut helper = cmd.spawn().map_err(|e| spawn_error("start", &cfg.agent.to_string_lossy(), e))?;
+    if adopt {
+        match adopt_into_extern_step(job, helper.id() as i32) {
+            Ok(()) => log_info(&format!("syndeo: job {job}: the node agent starts in the job's extern step")),
+            Err(e) => {
+                log_error(&format!("syndeo: job {job}: {e}; its cluster on this node runs outside the job's cgroups"))
+            }
+        }
+    }
+    if let Some(mut go) = helper.stdin.take() {
+        let _ = go.write_all(b"go\n");
+    }
+    finish(helper, START_LIMIT, "start", &cfg.agent.to_string_lossy()).map(|_| ())
+}
+
+/// `{"node": "addr", ...}` for the job's nodes, from Slurm's configuration.
+fn addresses_json() -> String {
+    let list = std::env::var("SLURM_JOB_NODELIST").or_else(|_| std::env::var("SLURM_NODELIST")).unwrap_or_default();
+    let mut out = String::from("{");
+    for (i, (node, addr)) in node_addresses(&list).into_iter().filter_map(|(n, a)| Some((n, a?))).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!("{}:{}", json_string(&node), json_string(&addr)));
+    }
+    out.push('}');
+    out
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 pub fn epilog(sp: &Spank) -> HookResult {
@@ -64,9 +140,26 @@ pub fn epilog(sp: &Spank) -> HookResult {
     }
     log_info(&format!("syndeo: epilog for job {job}: stopping the cluster and cleaning up"));
     let start = Instant::now();
-    run(agent_command(&cfg, "epilog", job, uid), EPILOG_LIMIT, "epilog")?;
-    log_info(&format!("syndeo: epilog for job {job}: node clean in {} ms", start.elapsed().as_millis()));
+    let cmd = agent_command(&cfg, "epilog", job, uid);
+    let agent = cfg.agent.to_string_lossy().into_owned();
+    let spawned = child_of(cmd, "epilog", &agent)?;
+    match finish(spawned, EPILOG_LIMIT, "epilog", &agent)? {
+        Outcome::Done => {
+            log_info(&format!("syndeo: epilog for job {job}: node clean in {} ms", start.elapsed().as_millis()))
+        }
+        Outcome::NotClean => log_info(&format!(
+            "syndeo: epilog for job {job}: the node is not clean: the paths above remain; it stays in service"
+        )),
+    }
     Ok(())
+}
+
+/// How a root-side command that did its job ended.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Done,
+    /// The epilog could not remove everything (it named each path).
+    NotClean,
 }
 
 fn agent_command(cfg: &PluginConfig, verb: &str, job: u32, uid: u32) -> Command {
@@ -92,22 +185,39 @@ fn agent_command(cfg: &PluginConfig, verb: &str, job: u32, uid: u32) -> Command 
     cmd
 }
 
-/// Runs the agent to completion within `limit`; its stderr goes to slurmd's log.
-fn run(cmd: Command, limit: Duration, what: &str) -> HookResult {
+fn spawn_error(what: &str, agent: &str, e: std::io::Error) -> HookError {
+    HookError(format!("syndeo: {what}: cannot run {agent}: {e} (is syndeo installed on this node?)"))
+}
+
+fn child_of(mut cmd: Command, what: &str, agent: &str) -> Result<std::process::Child, HookError> {
+    cmd.spawn().map_err(|e| spawn_error(what, agent, e))
+}
+
+/// Runs the agent with `input` on its stdin, to completion within `limit`.
+fn run_with_input(mut cmd: Command, input: &str, limit: Duration, what: &str) -> HookResult {
     let agent = cmd.get_program().to_string_lossy().into_owned();
-    let done = child::run(cmd, limit).map_err(|e| match e {
-        RunError::Spawn(e) => {
-            HookError(format!("syndeo: {what}: cannot run {agent}: {e} (is syndeo installed on this node?)"))
-        }
+    cmd.stdin(Stdio::piped());
+    let mut spawned = child_of(cmd, what, &agent)?;
+    if let Some(mut stdin) = spawned.stdin.take() {
+        // An agent that stopped early does not read it: its status says why.
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    finish(spawned, limit, what, &agent).map(|_| ())
+}
+
+/// Waits for the agent within `limit`; its stderr goes to slurmd's log.
+fn finish(spawned: std::process::Child, limit: Duration, what: &str, agent: &str) -> Result<Outcome, HookError> {
+    let done = child::finish(spawned, limit).map_err(|e| match e {
+        RunError::Spawn(e) => spawn_error(what, agent, e),
         RunError::TimedOut(l) => HookError(format!("syndeo: {what}: {agent} did not finish within {l:?}; killed it")),
         RunError::Wait(e) => HookError(format!("syndeo: {what}: waiting for {agent}: {e}")),
     })?;
     for line in done.stderr.lines().filter(|l| !l.trim().is_empty()) {
         log_info(&format!("syndeo: {what}: {line}"));
     }
-    if done.status.success() {
-        Ok(())
-    } else {
-        Err(HookError(format!("syndeo: {what} failed on this node ({}); see the lines above", done.status)))
+    match done.status.code() {
+        Some(exit::OK) => Ok(Outcome::Done),
+        Some(exit::NOT_CLEAN) if what == "epilog" => Ok(Outcome::NotClean),
+        _ => Err(HookError(format!("syndeo: {what} failed on this node ({}); see the lines above", done.status))),
     }
 }

@@ -1,6 +1,8 @@
 //! The SPANK hooks, one file per context (as in pyxis):
 //! `submit` (srun/sbatch/salloc), `job_script` (prolog/epilog on each node, root),
+//! `extern_step` (the job's extern step on each node, root),
 //! `slurmstepd` (each job step on each node, as the user).
+pub mod extern_step;
 pub mod job_script;
 pub mod slurmstepd;
 pub mod submit;

@@ -3,9 +3,54 @@
 //! slurmstepd (`remote`) the value is not judged: Slurm would log a failed
 //! callback as an error for a healthy step, and the root side checks the
 //! value again anyway.
+//!
+//! Once the options are parsed, a syndeo job also records the submitter's
+//! resource limits and umask in its SPANK environment: Slurm gives the job's
+//! tasks those, and the root side gives them to syndeo's processes too.
+use syndeo_protocol::env::{RLIMITS_RECORD, UMASK_RECORD};
 use syndeo_protocol::image::check_image_value;
 
+use crate::ffi::{Context, Spank};
 use crate::{HookError, HookResult};
+
+/// `slurm_spank_init_post_opt`, at submit: the record of limits and umask.
+pub fn init_post_opt(sp: &Spank) -> HookResult {
+    if !matches!(sp.context(), Context::Local | Context::Allocator) || sp.option_value().is_none() {
+        return Ok(());
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    sp.job_control_setenv(RLIMITS_RECORD, &rlimits_record(&limits))?;
+    if let Some(umask) = status.lines().find_map(|l| l.strip_prefix("Umask:")) {
+        sp.job_control_setenv(UMASK_RECORD, umask.trim())?;
+    }
+    Ok(())
+}
+
+/// `/proc/self/limits` as `NAME=SOFT:HARD,...`, with Slurm's names.
+fn rlimits_record(limits: &str) -> String {
+    const NAMES: [(&str, &str); 10] = [
+        ("Max cpu time", "CPU"),
+        ("Max file size", "FSIZE"),
+        ("Max data size", "DATA"),
+        ("Max stack size", "STACK"),
+        ("Max core file size", "CORE"),
+        ("Max resident set", "RSS"),
+        ("Max processes", "NPROC"),
+        ("Max open files", "NOFILE"),
+        ("Max locked memory", "MEMLOCK"),
+        ("Max address space", "AS"),
+    ];
+    let mut out = Vec::new();
+    for line in limits.lines() {
+        let Some((label, name)) = NAMES.iter().find(|(label, _)| line.starts_with(label)) else { continue };
+        let mut values = line[label.len()..].split_whitespace();
+        if let (Some(soft), Some(hard)) = (values.next(), values.next()) {
+            out.push(format!("{name}={soft}:{hard}"));
+        }
+    }
+    out.join(",")
+}
 
 /// Called by Slurm when `--syndeo` is parsed (also in slurmstepd, `remote`).
 pub fn option_given(value: Option<&str>, remote: bool) -> HookResult {
@@ -18,6 +63,15 @@ pub fn option_given(value: Option<&str>, remote: bool) -> HookResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_processes_limits_become_a_record_with_slurms_names() {
+        let r = rlimits_record(&std::fs::read_to_string("/proc/self/limits").unwrap());
+        assert_eq!(r.split(',').count(), 10, "{r}");
+        assert!(r.contains("NOFILE=") && r.contains("CORE="), "{r}");
+        let sample = "Max open files            1024                 524288               files     \n";
+        assert_eq!(rlimits_record(sample), "NOFILE=1024:524288");
+    }
 
     #[test]
     fn a_bad_value_is_refused_where_the_user_typed_it_and_never_in_slurmstepd() {

@@ -1,0 +1,203 @@
+//! The agents' gRPC mesh (tonic), over mutual TLS with keys derived from the
+//! job's secret (`tls.rs`), on a port root bound for the agent (see
+//! `root/start.rs`: a privileged port, which no user can squat). A
+//! connection is served only after its handshake proved the peer holds the
+//! job's key; before that, `admit.rs` bounds what it may cost. Every worker's
+//! agent joins the head's, watches the cluster view it publishes, and
+//! reports when its own Ray node joined.
+// tonic's handlers and streams return `tonic::Status`, which is large.
+#![allow(clippy::result_large_err)]
+pub mod admit;
+pub mod tls;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_stream::wrappers::{ReceiverStream, WatchStream};
+use tokio_stream::StreamExt;
+use tonic::transport::{Channel, Endpoint, Server, Uri};
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+use super::state::{NodeState, Role, Shared};
+use super::view;
+use tls::MeshTls;
+
+pub mod pb {
+    tonic::include_proto!("syndeo.mesh");
+}
+
+use pb::join_reply::Role as PbRole;
+use pb::mesh_client::MeshClient;
+use pb::mesh_server::{Mesh, MeshServer};
+
+/// Calls this process's mesh servers answered, and cluster views they sent
+/// on Watch streams: the mesh-scale benchmark's message count.
+pub static CALLS_SERVED: AtomicU64 = AtomicU64::new(0);
+pub static VIEWS_SENT: AtomicU64 = AtomicU64::new(0);
+
+/// The largest request an authenticated peer may send (they are a few
+/// dozen bytes).
+const MAX_MESSAGE: usize = 64 * 1024;
+/// Streams one authenticated connection may have open at once (a worker
+/// uses three: Join, Watch, Report).
+const MAX_STREAMS: u32 = 16;
+
+/// Every worker connects to the head at about the same time: a backlog
+/// beyond tokio's default 1,024 keeps a large job's connects from waiting
+/// for SYN retries (the kernel caps it at net.core.somaxconn).
+const BACKLOG: u32 = 8192;
+
+/// Binds the first free port of `ports` on `ip` (never 0.0.0.0). The real
+/// agents get their socket from root instead (`root/start.rs`); simulated
+/// nodes and tests bind here.
+pub async fn bind(ip: IpAddr, ports: &[u16]) -> anyhow::Result<(TcpListener, u16)> {
+    for &p in ports {
+        let socket = if ip.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        if socket.bind(SocketAddr::new(ip, p)).is_ok() {
+            if let Ok(l) = socket.listen(BACKLOG) {
+                return Ok((l, p));
+            }
+        }
+    }
+    anyhow::bail!("none of this job's mesh ports {ports:?} is free on {ip}; widen mesh_ports in syndeo.toml")
+}
+
+/// Serves the mesh on `listener` until the agent ends.
+pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    let (tx, rx) = mpsc::channel::<io::Result<admit::MeshConn>>(64);
+    let limits = admit::Limits::for_nodes(shared.spec.nodes.len());
+    tokio::spawn(admit::accept_loop(listener, TlsAcceptor::from(shared.tls.server.clone()), tx, limits));
+    let svc = MeshServer::new(MeshService { shared }).max_decoding_message_size(MAX_MESSAGE);
+    if let Err(e) = Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(2)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(4)))
+        .max_concurrent_streams(Some(MAX_STREAMS))
+        .add_service(svc)
+        .serve_with_incoming(ReceiverStream::new(rx))
+        .await
+    {
+        warn!("mesh server ended: {e}");
+    }
+}
+
+struct MeshService {
+    shared: Arc<Shared>,
+}
+
+impl MeshService {
+    /// The peer proved it is one of this job's agents (TLS); a call for
+    /// another job id is a bug or a confusion, refused all the same.
+    fn check(&self, job_id: u32, node: &str) -> Result<(), Status> {
+        CALLS_SERVED.fetch_add(1, Ordering::Relaxed);
+        if job_id != self.shared.spec.job_id {
+            warn!(claimed_job = job_id, claimed_node = node, "refused a mesh call for another job");
+            return Err(Status::permission_denied("not this job's agent"));
+        }
+        Ok(())
+    }
+}
+
+type ViewStream = Pin<Box<dyn Stream<Item = Result<pb::ClusterView, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Mesh for MeshService {
+    async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
+        let r = req.get_ref();
+        self.check(r.job_id, &r.node)?;
+        let (role, head_node) = match &*self.shared.role.borrow() {
+            Role::Undecided => (PbRole::Undecided, String::new()),
+            Role::Head => (PbRole::Head, self.shared.spec.node.clone()),
+            Role::Follower(h) => (PbRole::Follower, h.clone()),
+            Role::SteppedDown => (PbRole::SteppedDown, String::new()),
+        };
+        let failed = match &*self.shared.node_state.borrow() {
+            NodeState::Failed(m) => m.clone(),
+            _ => String::new(),
+        };
+        Ok(Response::new(pb::JoinReply { role: role as i32, head_node, failed }))
+    }
+
+    type WatchStream = ViewStream;
+
+    async fn watch(&self, req: Request<pb::WatchRequest>) -> Result<Response<ViewStream>, Status> {
+        let r = req.get_ref();
+        self.check(r.job_id, &r.node)?;
+        if *self.shared.role.borrow() != Role::Head {
+            return Err(Status::failed_precondition("not the head"));
+        }
+        // Each worker gets its own memory entry (from the head's full view).
+        let (shared, node) = (self.shared.clone(), r.node.clone());
+        let s = WatchStream::new(self.shared.broadcast.subscribe()).map(move |mut v| {
+            VIEWS_SENT.fetch_add(1, Ordering::Relaxed);
+            if let Some(&mb) = shared.view.borrow().memory_mb.get(&node) {
+                v.memory_mb.insert(node.clone(), mb);
+            }
+            Ok(v)
+        });
+        Ok(Response::new(Box::pin(s)))
+    }
+
+    async fn report(&self, req: Request<pb::NodeReport>) -> Result<Response<pb::ReportAck>, Status> {
+        let r = req.get_ref().clone();
+        self.check(r.job_id, &r.node)?;
+        if !self.shared.is_node(&r.node) {
+            return Err(Status::invalid_argument("node is not in this job"));
+        }
+        info!(node = %r.node, ok = r.ok, message = %r.message, "worker report");
+        let result = if r.ok { Ok(()) } else { Err(r.message) };
+        view::record_report(&self.shared, r.node, result).await;
+        Ok(Response::new(pb::ReportAck {}))
+    }
+}
+
+/// A channel to a peer's agent, over the job's mutual TLS: it is made only
+/// if the peer proves it holds the job's key. HTTP/2 keepalives make a peer
+/// that went silent (its node or link down) an error within seconds, not a
+/// stream that waits forever.
+pub async fn connect(shared: &Shared, addr: SocketAddr) -> Option<MeshClient<Channel>> {
+    let tls = shared.tls.clone();
+    let connector = tower::service_fn(move |_: Uri| {
+        let tls = tls.clone();
+        async move {
+            let tcp = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await??;
+            tcp.set_nodelay(true)?;
+            let handshake = TlsConnector::from(tls.client.clone()).connect(MeshTls::server_name(), tcp);
+            let stream = tokio::time::timeout(admit::HANDSHAKE_TIMEOUT, handshake).await??;
+            Ok::<_, io::Error>(TokioIo::new(stream))
+        }
+    });
+    let ep = Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .http2_keep_alive_interval(Duration::from_secs(2))
+        .keep_alive_timeout(Duration::from_secs(4))
+        .keep_alive_while_idle(true);
+    let ch = tokio::time::timeout(Duration::from_secs(2), ep.connect_with_connector(connector)).await.ok()?.ok()?;
+    Some(MeshClient::new(ch))
+}
+
+/// Asks the job's agent on `ip` who the head is, trying the job's ports in
+/// order. None: no agent of this job answers there (yet); a port held by
+/// anything else (another job's agent, another service) fails the handshake.
+pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(MeshClient<Channel>, pb::JoinReply)> {
+    for port in shared.spec.mesh_ports() {
+        let Some(mut client) = connect(shared, SocketAddr::new(ip, port)).await else { continue };
+        let req = pb::JoinRequest { job_id: shared.spec.job_id, node: shared.spec.node.clone() };
+        if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(2), client.join(req)).await {
+            return Some((client, reply.into_inner()));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,239 @@
+//! Removing a job's tree as root, whatever the job put in it: any depth, any
+//! number of entries, without recursion on the stack and with two open
+//! descriptors at most. The tree is flattened: every directory met is
+//! emptied of its files, and its subdirectories are moved up to the top of
+//! the tree (`renameat` within the tree, under fresh names), so no directory
+//! is ever entered deeper than one level below the top. Nothing is reached
+//! through a path: every step goes through a descriptor opened with
+//! `O_NOFOLLOW`, never through `..`, so a link, or a directory moved
+//! elsewhere meanwhile by another process of the user, can only lead root
+//! to what the user could remove themselves.
+use std::ffi::{OsStr, OsString};
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use nix::dir::{Dir, Type};
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, OFlag};
+use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::unistd::{close, unlinkat, UnlinkatFlags};
+
+/// A directory descriptor, closed when dropped.
+struct DirFd(RawFd);
+
+impl DirFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+impl Drop for DirFd {
+    fn drop(&mut self) {
+        let _ = close(self.0);
+    }
+}
+
+/// What could not be removed, and why; empty when all went.
+#[derive(Debug, Default)]
+pub struct Leftovers {
+    pub failures: Vec<(PathBuf, String)>,
+    /// Entries removed (files and directories).
+    pub removed: u64,
+}
+
+impl Leftovers {
+    pub fn is_clean(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Removes the entry `name` of the directory `parent` (opened; shown as
+/// `shown` in messages), and everything under it, until `deadline`.
+pub fn remove_tree_at(parent: RawFd, name: &OsStr, shown: &Path, deadline: Instant) -> Leftovers {
+    let mut left = Leftovers::default();
+    let top_path = shown.join(name);
+    let top = match open_dir(parent, name) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return left,
+        Err(Errno::ENOTDIR) | Err(Errno::ELOOP) => {
+            unlink(parent, name, false, &top_path, &mut left);
+            return left;
+        }
+        Err(e) => {
+            left.failures.push((top_path, e.to_string()));
+            return left;
+        }
+    };
+    flatten(&top, &top_path, deadline, &mut left);
+    drop(top);
+    unlink(parent, name, true, &top_path, &mut left);
+    left
+}
+
+/// Empties the directory `top`: files are unlinked, subdirectories emptied
+/// one level down with theirs moved up here, then removed; until nothing is
+/// left or the deadline passes.
+fn flatten(top: &DirFd, top_path: &Path, deadline: Instant, left: &mut Leftovers) {
+    let mut fresh = 0u64;
+    loop {
+        let entries = match list(top.as_raw_fd()) {
+            Ok(e) => e,
+            Err(e) => return left.failures.push((top_path.to_path_buf(), format!("listing: {e}"))),
+        };
+        if entries.is_empty() {
+            return;
+        }
+        let before = left.removed;
+        for (name, is_dir) in entries {
+            if Instant::now() > deadline {
+                return left
+                    .failures
+                    .push((top_path.join(&name), "not removed before the epilog's time ran out".into()));
+            }
+            if !is_dir {
+                unlink(top.as_raw_fd(), &name, false, &top_path.join(&name), left);
+                continue;
+            }
+            let Ok(sub) = open_dir(top.as_raw_fd(), &name) else {
+                unlink(top.as_raw_fd(), &name, false, &top_path.join(&name), left);
+                continue;
+            };
+            hoist(&sub, top, &top_path.join(&name), &mut fresh, left);
+            drop(sub);
+            unlink(top.as_raw_fd(), &name, true, &top_path.join(&name), left);
+        }
+        if left.removed == before {
+            // A pass that removed nothing: what is left cannot go.
+            return;
+        }
+    }
+}
+
+/// Unlinks `sub`'s files and moves its subdirectories up into `top`.
+fn hoist(sub: &DirFd, top: &DirFd, sub_path: &Path, fresh: &mut u64, left: &mut Leftovers) {
+    let entries = match list(sub.as_raw_fd()) {
+        Ok(e) => e,
+        Err(e) => return left.failures.push((sub_path.to_path_buf(), format!("listing: {e}"))),
+    };
+    for (name, is_dir) in entries {
+        if !is_dir {
+            unlink(sub.as_raw_fd(), &name, false, &sub_path.join(&name), left);
+            continue;
+        }
+        loop {
+            *fresh += 1;
+            let to = OsString::from(format!(".syndeo-rm-{fresh}"));
+            match renameat(Some(sub.as_raw_fd()), name.as_os_str(), Some(top.as_raw_fd()), to.as_os_str()) {
+                Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => continue,
+                Err(e) => left.failures.push((sub_path.join(&name), format!("moving up: {e}"))),
+                Ok(()) => {}
+            }
+            break;
+        }
+    }
+}
+
+/// The entries of a directory (without `.` and `..`), and whether each is a
+/// directory (not following links).
+fn list(dir: RawFd) -> nix::Result<Vec<(OsString, bool)>> {
+    let mut d = Dir::openat(Some(dir), ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW, Mode::empty())?;
+    let mut out = Vec::new();
+    for e in d.iter() {
+        let e = e?;
+        let name = OsStr::from_bytes(e.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        let is_dir = match e.file_type() {
+            Some(Type::Directory) => true,
+            Some(_) => false,
+            None => fstatat(Some(dir), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                .map(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR)
+                .unwrap_or(false),
+        };
+        out.push((name.to_os_string(), is_dir));
+        // Read in slices: a directory of a million entries costs no more memory than this.
+        if out.len() >= 65536 {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+fn open_dir(parent: RawFd, name: &OsStr) -> nix::Result<DirFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    openat(Some(parent), name, flags, Mode::empty()).map(DirFd)
+}
+
+fn unlink(dir: RawFd, name: &OsStr, is_dir: bool, shown: &Path, left: &mut Leftovers) {
+    let flag = if is_dir { UnlinkatFlags::RemoveDir } else { UnlinkatFlags::NoRemoveDir };
+    match unlinkat(Some(dir), name, flag) {
+        Ok(()) => left.removed += 1,
+        Err(Errno::ENOENT) => {}
+        Err(Errno::EISDIR) if !is_dir => unlink(dir, name, true, shown, left),
+        Err(e) => left.failures.push((shown.to_path_buf(), e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn remove(base: &Path, name: &str) -> Leftovers {
+        let dir = std::fs::File::open(base).unwrap();
+        remove_tree_at(dir.as_raw_fd(), OsStr::new(name), base, Instant::now() + Duration::from_secs(60))
+    }
+
+    /// Deeper than PATH_MAX allows to name, made with relative mkdirs.
+    #[test]
+    fn a_tree_thousands_of_levels_deep_goes_with_two_descriptors_and_no_recursion() {
+        let base = tempfile::tempdir().unwrap();
+        let mut dir = std::fs::File::open(base.path()).unwrap();
+        nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), "job", Mode::S_IRWXU).unwrap();
+        dir = std::fs::File::open(base.path().join("job")).unwrap();
+        for _ in 0..5000 {
+            nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), "d", Mode::S_IRWXU).unwrap();
+            let fd = openat(Some(dir.as_raw_fd()), "d", OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+            std::fs::write(format!("/proc/self/fd/{fd}/f"), b"x").unwrap();
+            dir = std::fs::File::open(format!("/proc/self/fd/{fd}")).unwrap();
+            close(fd).unwrap();
+        }
+        let left = remove(base.path(), "job");
+        assert!(left.is_clean(), "{:?}", &left.failures[..left.failures.len().min(3)]);
+        assert_eq!(left.removed, 10001);
+        assert!(!base.path().join("job").exists());
+    }
+
+    #[test]
+    fn many_files_and_links_go_and_nothing_a_link_points_to_is_touched() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), b"k").unwrap();
+        let job = base.path().join("job");
+        std::fs::create_dir_all(job.join("a/b")).unwrap();
+        for i in 0..20000 {
+            std::fs::write(job.join(format!("a/f{i}")), b"").unwrap();
+        }
+        std::os::unix::fs::symlink(outside.path(), job.join("a/b/link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("keep"), job.join("filelink")).unwrap();
+        let left = remove(base.path(), "job");
+        assert!(left.is_clean(), "{:?}", left.failures);
+        assert!(!job.exists());
+        assert_eq!(std::fs::read(outside.path().join("keep")).unwrap(), b"k");
+    }
+
+    #[test]
+    fn a_top_entry_that_is_a_link_is_unlinked_not_followed() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), b"k").unwrap();
+        std::os::unix::fs::symlink(outside.path(), base.path().join("job")).unwrap();
+        assert!(remove(base.path(), "job").is_clean());
+        assert!(outside.path().join("keep").exists() && !base.path().join("job").exists());
+    }
+}
