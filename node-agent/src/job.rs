@@ -27,6 +27,9 @@ pub struct JobSpec {
     /// The allocation on this node.
     pub cpus: u32,
     pub gpus: Vec<String>,
+    /// Their device files, from Slurm's GRES configuration (`gres.rs`).
+    #[serde(default)]
+    pub gpu_devices: Vec<PathBuf>,
     /// The image the user asked for (None: `--syndeo` without a value).
     pub image: Option<String>,
     pub workdir: PathBuf,
@@ -45,6 +48,10 @@ pub struct JobSpec {
     /// When Slurm started the job (seconds; 0 where Slurm does not say).
     #[serde(default)]
     pub start_time: u64,
+    /// What this node's job cgroup allows: read by the agent when it starts,
+    /// not part of root's record.
+    #[serde(skip)]
+    pub cgroup: crate::cgroup::JobCgroup,
     /// The job's resource limits and umask, as its tasks get them.
     #[serde(default)]
     pub limits: crate::limits::JobLimits,
@@ -134,12 +141,14 @@ pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
         index,
         cpus: 2,
         gpus: vec![],
+        gpu_devices: vec![],
         image: Some("/img".into()),
         workdir: "/home/u".into(),
         job_dir: PathBuf::from("/run/syndeo").join(&job),
         temp_dir: PathBuf::from("/tmp/syndeo").join(&job),
         shm_dir: PathBuf::from("/dev/shm/syndeo").join(&job),
         stderr: None,
+        cgroup: Default::default(),
         restart_count: 0,
         start_time: 0,
         limits: Default::default(),

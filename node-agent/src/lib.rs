@@ -18,10 +18,12 @@
 
 pub mod agent;
 pub mod alloc;
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod fault;
+pub mod gres;
 pub mod hostlist;
 pub mod job;
 pub mod limits;

@@ -34,7 +34,7 @@ impl Launcher for ContainerLauncher {
         let script = write_launcher(spec)?;
         let cs = ray::ray_container(spec, &image, &ports);
         let argv = runtime.command(&cs, &["python3".into(), script.to_string_lossy().into_owned()])?;
-        let (process, events) = RayProcess::spawn(&argv, spec)?;
+        let (process, events) = RayProcess::spawn(&argv, &runtime.process_env(&cs), spec)?;
         Ok(Launched { ray: Box::new(process), events, ports })
     }
 
@@ -81,7 +81,7 @@ pub struct RayProcess {
 
 impl RayProcess {
     /// Starts the container; its events arrive on the returned channel.
-    pub fn spawn(argv: &[String], spec: &JobSpec) -> Result<(RayProcess, mpsc::Receiver<Event>), Fault> {
+    pub fn spawn(argv: &[String], env: &[(String, String)], spec: &JobSpec) -> Result<(RayProcess, mpsc::Receiver<Event>), Fault> {
         let log_path = spec.dir().ray_log();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -90,6 +90,7 @@ impl RayProcess {
             .map_err(|e| Fault::node(format!("opening {}: {e}", log_path.display())))?;
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))

@@ -136,7 +136,7 @@ async fn start_head(
     t0: Instant,
 ) -> Result<(), End> {
     let spec = &shared.spec;
-    let own_memory = shared.view.borrow().memory_mb.get(&spec.node).copied();
+    let own_memory = spec.cgroup.memory_mb.or_else(|| shared.view.borrow().memory_mb.get(&spec.node).copied());
     let args = ray::head_args(spec, ip, head_ports, ports, own_memory);
     start_ray(shared, &args).await.map_err(|f| fail(shared, f.to_string()))?;
     if let Err(f) = head_started(shared, ip, head_ports.gcs, events, t0).await {

@@ -110,7 +110,9 @@ fn exec_spec(shared: &Shared, cwd: Option<PathBuf>) -> ExecSpecReply {
             env: vec![],
             clean_env: false,
             workdir: cwd,
-            gpus: spec.gpus.clone(),
+            home: None,
+            gpu_ids: spec.gpus.clone(),
+            gpu_devices: spec.gpu_devices.clone(),
             own_pid_namespace: false,
         };
         shared.runtime.command(&cs, &[]).map_err(|f| f.to_string())

@@ -44,6 +44,7 @@ pub fn serve(image: Option<PathBuf>, restart: Option<(u32, String)>) -> Result<(
     let state = JobState::inherited()?;
     let mesh_socket = inherited_mesh_socket()?;
     let mut spec = state.spec;
+    spec.cgroup = crate::cgroup::JobCgroup::of_this_process();
     if let Some(image) = image {
         spec.image = Some(image.display().to_string());
     }

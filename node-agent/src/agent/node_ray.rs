@@ -35,6 +35,11 @@ pub fn job_notice(shared: &Shared, line: &str) {
     }
 }
 
+/// The job's image as the user named it, for messages.
+pub fn image_of(shared: &Shared) -> String {
+    shared.spec.image_path().map(|p| p.display().to_string()).unwrap_or_else(|e| e)
+}
+
 /// Why a node's `ray start` did not bring its Ray up. `loaded`: the launcher
 /// had loaded Ray first, so the image is fine and the fault is this node's.
 pub struct StartFailure {
@@ -55,7 +60,7 @@ pub async fn started(shared: &Shared, events: &mut mpsc::Receiver<Event>, what: 
             Some(Event::Failed(m)) => format!("{what} on {}: {m}", shared.spec.node),
             Some(Event::Died) | Some(Event::Exited) | None => {
                 let tail = ray::log_tail(&shared.spec, 4);
-                format!("{what} on {}: the container ended early: {tail}", shared.spec.node)
+                format!("{what} on {}: the container of image {} ended early: {tail}", shared.spec.node, image_of(shared))
             }
         };
         return Err(StartFailure { message, loaded });

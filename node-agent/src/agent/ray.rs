@@ -47,7 +47,7 @@ fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts, memory_mb: Option<
         "--max-worker-port",
         "0",
         "--num-cpus",
-        &spec.cpus.to_string(),
+        &spec.cgroup.cpus.unwrap_or(spec.cpus).to_string(),
         "--num-gpus",
         &spec.gpus.len().to_string(),
         "--temp-dir",
@@ -142,13 +142,20 @@ pub fn ray_container(spec: &JobSpec, image: &Path, ports: &NodePorts) -> Contain
         // Workers start alongside the head and wait for its GCS this long.
         ("RAY_gcs_rpc_server_connect_timeout_s", spec.config.startup_timeout.to_string()),
     ];
+    let mut binds = job_binds(spec, &spec.workdir);
+    if let Some(dir) = &spec.cgroup.memory_dir {
+        // Ray's memory monitor reads its own cgroup there: it sees the job's limit.
+        binds.push(Bind { src: dir.clone(), dst: spec.cgroup.memory_view.clone(), ro: true });
+    }
     ContainerSpec {
         image: image.into(),
-        binds: job_binds(spec, &spec.workdir),
+        binds,
         env: env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         clean_env: true,
         workdir: spec.workdir.clone(),
-        gpus: spec.gpus.clone(),
+        home: Some(spec.temp_dir.clone()),
+        gpu_ids: spec.gpus.clone(),
+        gpu_devices: spec.gpu_devices.clone(),
         own_pid_namespace: true,
     }
 }

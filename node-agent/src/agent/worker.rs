@@ -129,7 +129,8 @@ impl Worker<'_> {
                 format!("the Ray node on {} ended while the job ran: {}", spec.node, ray::log_tail(spec, 3))
             }
             Some(Event::Died) | Some(Event::Exited) | None => {
-                format!("Ray worker on {}: the container ended early: {}", spec.node, ray::log_tail(spec, 4))
+                let image = super::node_ray::image_of(self.shared);
+                format!("Ray worker on {}: the container of image {image} ended early: {}", spec.node, ray::log_tail(spec, 4))
             }
         };
         Some(self.failed(failure, stream).await)
@@ -230,7 +231,8 @@ fn lost_head(shared: &Shared, head_node: &str, why: &str) -> End {
 async fn start_worker_ray(shared: &Shared, ip: IpAddr, ports: &NodePorts) {
     let (gcs, memory) = {
         let v = shared.view.borrow();
-        (v.gcs_address.clone(), v.memory_mb.get(&shared.spec.node).copied())
+        let cgroup = shared.spec.cgroup.memory_mb;
+        (v.gcs_address.clone(), cgroup.or_else(|| v.memory_mb.get(&shared.spec.node).copied()))
     };
     if let Err(e) = start_ray(shared, &ray::worker_args(&shared.spec, ip, &gcs, ports, memory)).await {
         warn!("{e}");

@@ -29,7 +29,7 @@ use crate::cli::PrologArgs;
 use crate::config::Config;
 use crate::job::JobSpec;
 use crate::limits::JobLimits;
-use crate::{alloc, hostlist, secret};
+use crate::{alloc, gres, hostlist, secret};
 
 pub fn run(a: &PrologArgs) -> Result<()> {
     mark_inherited_fds_cloexec();
@@ -160,6 +160,8 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
         .and_then(|v| v.get(index).copied())
         .unwrap_or(1);
     let gpus = alloc::gpu_ids(env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).as_deref());
+    let gres_conf = std::fs::read_to_string(gres::gres_conf_path(env("SLURM_CONF").as_deref())).unwrap_or_default();
+    let gpu_devices = gres::gpu_devices(&gres_conf, &node, &gpus);
     let addrs = node_addrs(&nodes)?;
     let propagate: Vec<&str> = a.propagate.split(',').filter(|s| !s.is_empty()).collect();
     let (rlimits, umask) = (format!("SPANK_{RLIMITS_RECORD}"), format!("SPANK_{UMASK_RECORD}"));
@@ -176,12 +178,14 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
         index,
         cpus,
         gpus,
+        gpu_devices,
         image: a.image.clone(),
         workdir: env("SLURM_JOB_WORK_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/")),
         job_dir: a.common.runtime_base.join(&job),
         temp_dir: config.temp_base.join(&job),
         shm_dir: config.shm_base.join(&job),
         stderr: env("SLURM_JOB_STDERR").map(PathBuf::from).filter(|p| p.is_absolute()),
+        cgroup: Default::default(),
         restart_count: env("SLURM_JOB_RESTART_COUNT").and_then(|v| v.parse().ok()).unwrap_or(0),
         start_time: env("SLURM_JOB_START_TIME").and_then(|v| v.parse().ok()).unwrap_or(0),
         limits,

@@ -1,17 +1,34 @@
 //! The Apptainer runtime (production default): `apptainer exec` of a SIF file
-//! or sandbox directory, host network, `--contain` so nothing of the host but
-//! the binds shows, `--cleanenv` for Ray's container, `--pid` for its own PID
-//! namespace and `--nv` when GPUs are allocated. Apptainer cannot be installed
-//! on syndeo's CI machines: this backend is unit-tested for its command lines
-//! only; the code around it is the same as for bubblewrap.
+//! or a sandbox directory, unprivileged (a user namespace; Debian's build has
+//! no setuid starter), on the host network:
+//! - `--contain`: a minimal /dev, and empty /tmp and home; nothing of the
+//!   host shows but syndeo's binds (the job's temp, /dev/shm and work
+//!   directories, the site's extra binds, the allocated GPUs' devices);
+//! - Ray's container: `--cleanenv`, its own PID namespace (`--pid`), and the
+//!   job's temp dir as its home (`--home`): Ray's token file and caches never
+//!   land in the user's real home; Apptainer's own cache and configuration
+//!   go there too (`APPTAINER_CACHEDIR`, `APPTAINER_CONFIGDIR`).
+//! - GPUs: exactly the allocated ones. Apptainer's `--nv` binds every
+//!   /dev/nvidia* of the node, so it is used only with `--nvccli`, where
+//!   `NVIDIA_VISIBLE_DEVICES` limits the devices (and nvidia-container-cli
+//!   brings the driver's libraries); without nvidia-container-cli on the node,
+//!   syndeo binds the allocated GPUs' device files itself.
+//!
+//! An agent that dies closes its launcher's stdin, and the launcher ends
+//! everything in the container's PID namespace (Apptainer has no
+//! die-with-parent).
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{ContainerRuntime, ContainerSpec};
+use super::{gpu_binds, ContainerRuntime, ContainerSpec};
 use crate::fault::Fault;
 
 pub struct Apptainer {
     pub binary: PathBuf,
 }
+
+/// Where nvidia-container-cli lives when the node has it.
+const NVCCLI: &str = "/usr/bin/nvidia-container-cli";
 
 impl ContainerRuntime for Apptainer {
     fn name(&self) -> &'static str {
@@ -26,9 +43,18 @@ impl ContainerRuntime for Apptainer {
         if real.is_dir() {
             std::fs::read_dir(real)
                 .map_err(|e| Fault::user(format!("image {}: cannot list it as you: {e}", shown.display())))?;
-        } else {
-            std::fs::File::open(real)
-                .map_err(|e| Fault::user(format!("image {}: cannot open it as you: {e}", shown.display())))?;
+            return Ok(());
+        }
+        let mut f = std::fs::File::open(real)
+            .map_err(|e| Fault::user(format!("image {}: cannot open it as you: {e}", shown.display())))?;
+        let mut head = [0u8; 48];
+        let n = f.read(&mut head).unwrap_or(0);
+        if n < 41 || &head[32..41] != b"SIF_MAGIC" {
+            return Err(Fault::user(format!(
+                "image {} is neither a SIF file nor a sandbox directory (its header is not Apptainer's: \
+                 it is damaged or something else); build it with `apptainer build`",
+                shown.display()
+            )));
         }
         Ok(())
     }
@@ -41,9 +67,10 @@ impl ContainerRuntime for Apptainer {
         if spec.own_pid_namespace {
             c.push("--pid".into());
         }
-        if !spec.gpus.is_empty() {
-            c.push("--nv".into());
+        if let Some(home) = &spec.home {
+            c.extend(["--home".into(), home.to_string_lossy().into_owned()]);
         }
+        c.extend(self.gpu_args(spec, Path::new(NVCCLI).exists()));
         for b in &spec.binds {
             let mut v = format!("{}:{}", b.src.display(), b.dst.display());
             if b.ro {
@@ -59,6 +86,32 @@ impl ContainerRuntime for Apptainer {
         c.extend(argv.iter().cloned());
         Ok(c)
     }
+
+    fn process_env(&self, spec: &ContainerSpec) -> Vec<(String, String)> {
+        let Some(home) = &spec.home else { return vec![] };
+        vec![
+            ("APPTAINER_CACHEDIR".into(), home.join(".apptainer/cache").to_string_lossy().into_owned()),
+            ("APPTAINER_CONFIGDIR".into(), home.join(".apptainer").to_string_lossy().into_owned()),
+        ]
+    }
+}
+
+impl Apptainer {
+    /// The allocated GPUs, and only those: with nvidia-container-cli, by
+    /// index; without, their device files (which must exist).
+    fn gpu_args(&self, spec: &ContainerSpec, nvccli: bool) -> Vec<String> {
+        if spec.gpu_devices.is_empty() {
+            return vec![];
+        }
+        if nvccli {
+            return vec!["--nv".into(), "--nvccli".into(), "--env".into(), format!("NVIDIA_VISIBLE_DEVICES={}", spec.gpu_ids.join(","))];
+        }
+        gpu_binds(&spec.gpu_devices)
+            .into_iter()
+            .filter(|d| d.exists())
+            .flat_map(|d| ["--bind".to_string(), d.to_string_lossy().into_owned()])
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -66,19 +119,25 @@ mod tests {
     use super::*;
     use crate::runtime::Bind;
 
-    #[test]
-    fn ray_container_is_contained_clean_with_own_pids_and_gpus() {
-        let spec = ContainerSpec {
+    fn ray_spec() -> ContainerSpec {
+        ContainerSpec {
             image: "/images/ray.sif".into(),
             binds: vec![Bind::rw("/run/syndeo/9"), Bind { src: "/data".into(), dst: "/d".into(), ro: true }],
             env: vec![("RAY_AUTH_MODE".into(), "token".into())],
             clean_env: true,
             workdir: "/home/u".into(),
-            gpus: vec!["0".into()],
+            home: Some("/tmp/syndeo/9".into()),
+            gpu_ids: vec![],
+            gpu_devices: vec![],
             own_pid_namespace: true,
-        };
-        let c =
-            Apptainer { binary: "/usr/bin/apptainer".into() }.command(&spec, &["ray".into(), "start".into()]).unwrap();
+        }
+    }
+
+    #[test]
+    fn ray_container_is_contained_clean_with_its_own_pids_home_and_the_jobs_binds() {
+        let c = Apptainer { binary: "/usr/bin/apptainer".into() }
+            .command(&ray_spec(), &["ray".into(), "start".into()])
+            .unwrap();
         assert_eq!(
             c,
             [
@@ -87,7 +146,8 @@ mod tests {
                 "--contain",
                 "--cleanenv",
                 "--pid",
-                "--nv",
+                "--home",
+                "/tmp/syndeo/9",
                 "--bind",
                 "/run/syndeo/9:/run/syndeo/9",
                 "--bind",
@@ -101,17 +161,43 @@ mod tests {
                 "start"
             ]
         );
+        let env = Apptainer { binary: "/x".into() }.process_env(&ray_spec());
+        assert!(env.iter().all(|(_, v)| v.starts_with("/tmp/syndeo/9/")), "{env:?}");
     }
 
     #[test]
     fn exec_container_keeps_the_job_environment() {
         let spec = ContainerSpec { image: "/i.sif".into(), workdir: "/w".into(), ..Default::default() };
         let c = Apptainer { binary: "/usr/bin/apptainer".into() }.command(&spec, &[]).unwrap();
-        assert!(
-            !c.contains(&"--cleanenv".to_string())
-                && !c.contains(&"--pid".to_string())
-                && !c.contains(&"--nv".to_string())
-        );
+        assert!(!c.contains(&"--cleanenv".to_string()) && !c.contains(&"--pid".to_string()) && !c.contains(&"--nv".to_string()));
+    }
+
+    #[test]
+    fn gpus_are_the_allocated_ones_only_by_index_with_nvccli_or_as_device_binds_without() {
+        let d = tempfile::tempdir().unwrap();
+        let dev = d.path().join("nvidia9");
+        std::fs::write(&dev, b"").unwrap();
+        let mut spec = ray_spec();
+        spec.gpu_ids = vec!["1".into()];
+        spec.gpu_devices = vec![dev.clone()];
+        let a = Apptainer { binary: "/usr/bin/apptainer".into() };
+        let with = a.gpu_args(&spec, true);
+        assert_eq!(with, ["--nv", "--nvccli", "--env", "NVIDIA_VISIBLE_DEVICES=1"]);
+        let without = a.gpu_args(&spec, false);
+        assert_eq!(without, ["--bind".to_string(), dev.to_string_lossy().into_owned()], "no --nv: it would bind every GPU");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_sif_is_refused_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("ray.sif");
+        std::fs::write(&f, b"#!/bin/sh\necho not an image at all, just a script pretending\n").unwrap();
+        let e = Apptainer { binary: "/x".into() }.check_format(&f, &f).unwrap_err().to_string();
+        assert!(e.contains("ray.sif") && e.contains("neither a SIF file"), "{e}");
+        let mut sif = b"#!/usr/bin/env run-singularity\n\0".to_vec();
+        sif.extend_from_slice(b"SIF_MAGIC\0rest");
+        std::fs::write(&f, sif).unwrap();
+        assert!(Apptainer { binary: "/x".into() }.check_format(&f, &f).is_ok());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! so the job's bind mounts can create their mount points.
 use std::path::{Path, PathBuf};
 
-use super::{gpu_devices, ContainerRuntime, ContainerSpec};
+use super::{gpu_binds, ContainerRuntime, ContainerSpec};
 use crate::fault::Fault;
 
 pub struct Bubblewrap {
@@ -76,7 +76,7 @@ impl ContainerRuntime for Bubblewrap {
         for b in &spec.binds {
             c.extend([if b.ro { "--ro-bind" } else { "--bind" }.into(), s(&b.src), s(&b.dst)]);
         }
-        for d in gpu_devices(&spec.gpus) {
+        for d in gpu_binds(&spec.gpu_devices) {
             c.extend(["--dev-bind-try".into(), s(&d), s(&d)]);
         }
         c.extend(["--cap-drop".into(), "ALL".into()]);
@@ -113,7 +113,9 @@ mod tests {
             env: vec![("RAY_AUTH_MODE".into(), "token".into())],
             clean_env: true,
             workdir: "/home/u".into(),
-            gpus: vec![],
+            home: None,
+            gpu_ids: vec![],
+            gpu_devices: vec![],
             own_pid_namespace: true,
         }
     }

@@ -62,8 +62,11 @@ pub struct ContainerSpec {
     pub env: Vec<(String, String)>,
     pub clean_env: bool,
     pub workdir: PathBuf,
-    /// GPU ids allocated on this node (device binds / --nv).
-    pub gpus: Vec<String>,
+    /// The container's home (Ray's: the job's temp dir); None: the runtime's default.
+    pub home: Option<PathBuf>,
+    /// The GPUs allocated on this node: Slurm's indices, and their device files.
+    pub gpu_ids: Vec<String>,
+    pub gpu_devices: Vec<PathBuf>,
     /// Own PID namespace: ending its first process ends everything in it.
     pub own_pid_namespace: bool,
 }
@@ -77,6 +80,10 @@ pub trait ContainerRuntime: Send + Sync {
     fn check_format(&self, real: &Path, shown: &Path) -> Result<(), Fault>;
     /// The full command line that runs `argv` in the image.
     fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, Fault>;
+    /// Variables for the runtime's own process (not the container's).
+    fn process_env(&self, _spec: &ContainerSpec) -> Vec<(String, String)> {
+        vec![]
+    }
 }
 
 pub fn from_config(c: &Config) -> Box<dyn ContainerRuntime> {
@@ -103,6 +110,40 @@ pub fn check_image(rt: &dyn ContainerRuntime, image: &Path, allowed: &[PathBuf])
     Ok(real)
 }
 
+/// An image another user can change (their own, or writable by group or
+/// others) could run their code as the job's user while the job runs it: it
+/// must be root's or the job user's, and writable only by its owner. For a
+/// sandbox or root filesystem directory, its top and its /usr are checked.
+fn check_owner(real: &Path, shown: &Path) -> Result<(), Fault> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::getuid().as_raw();
+    let mut paths = vec![real.to_path_buf()];
+    if real.is_dir() {
+        paths.push(real.join("usr"));
+    }
+    for p in paths {
+        let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+        if m.uid() != 0 && m.uid() != me {
+            let owner = nix::unistd::User::from_uid(m.uid().into()).ok().flatten().map_or(m.uid().to_string(), |u| u.name);
+            return Err(Fault::user(format!(
+                "image {} belongs to another user ({owner}), who could change it while your job runs it; \
+                 use an image of yours or of the site's (owned by root)",
+                shown.display()
+            )));
+        }
+        if m.mode() & 0o022 != 0 && !m.file_type().is_symlink() {
+            return Err(Fault::user(format!(
+                "image {} ({}) is writable by other users (mode {:o}), who could change it while your job runs it; \
+                 remove group and other write permission",
+                shown.display(),
+                p.display(),
+                m.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Checks shared by both runtimes: the image exists, the user can read it,
 /// and it lies where the site allows images (compared after resolving links
 /// on both sides, so a link cannot lead out of an allowed directory).
@@ -118,6 +159,7 @@ pub fn check_image_common(image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, 
             _ => format!("image {}: {e}", image.display()),
         })
     })?;
+    check_owner(&real, image)?;
     let inside = |d: &PathBuf| real.starts_with(std::fs::canonicalize(d).unwrap_or_else(|_| d.clone()));
     if !allowed.is_empty() && !allowed.iter().any(inside) {
         let dirs: Vec<String> = allowed.iter().map(|d| d.display().to_string()).collect();
@@ -130,12 +172,13 @@ pub fn check_image_common(image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, 
     Ok(real)
 }
 
-/// Device nodes for NVIDIA GPU ids, plus the control devices.
-pub fn gpu_devices(gpus: &[String]) -> Vec<PathBuf> {
-    if gpus.is_empty() {
+/// The device files to bind for the allocated GPUs: theirs, and NVIDIA's
+/// control devices (shared by all GPUs; each bound only if it exists).
+pub fn gpu_binds(devices: &[PathBuf]) -> Vec<PathBuf> {
+    if devices.is_empty() {
         return vec![];
     }
-    let mut devs: Vec<PathBuf> = gpus.iter().map(|g| PathBuf::from(format!("/dev/nvidia{g}"))).collect();
+    let mut devs = devices.to_vec();
     for d in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] {
         devs.push(d.into());
     }
@@ -154,6 +197,18 @@ mod tests {
         assert!(Bind::parse("data").is_err());
         assert!(Bind::parse("/a:/b:maybe").is_err());
         assert!(Bind::parse("/a:/b:ro:x").is_err());
+    }
+
+    #[test]
+    fn an_image_others_can_write_is_refused_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("usr")).unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_image_common(d.path(), &[]).unwrap_err().to_string();
+        assert!(e.contains("writable by other users") && e.contains(&d.path().display().to_string()), "{e}");
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(check_image_common(d.path(), &[]).is_ok());
     }
 
     #[test]
@@ -192,11 +247,10 @@ mod tests {
     }
 
     #[test]
-    fn gpu_ids_map_to_device_nodes() {
-        assert!(gpu_devices(&[]).is_empty());
-        let d = gpu_devices(&["0".into(), "2".into()]);
-        assert_eq!(d[0], PathBuf::from("/dev/nvidia0"));
-        assert_eq!(d[1], PathBuf::from("/dev/nvidia2"));
-        assert!(d.contains(&PathBuf::from("/dev/nvidiactl")));
+    fn the_allocated_devices_are_bound_with_the_control_devices_and_no_others() {
+        assert!(gpu_binds(&[]).is_empty());
+        let d = gpu_binds(&["/dev/stand/gpu7".into()]);
+        assert_eq!(d[0], PathBuf::from("/dev/stand/gpu7"));
+        assert!(d.contains(&PathBuf::from("/dev/nvidiactl")) && !d.iter().any(|p| p.ends_with("nvidia0")));
     }
 }
