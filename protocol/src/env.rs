@@ -29,3 +29,39 @@ pub const OPTION_VARS: &[&str] = &[
 /// or a number) and umask (octal); the prolog sees them as `SPANK_<name>`.
 pub const RLIMITS_RECORD: &str = "SYNDEO_RLIMITS";
 pub const UMASK_RECORD: &str = "SYNDEO_UMASK";
+
+/// What the root side reads of the prolog's and epilog's environment: the
+/// plugin passes exactly these to `syndeo-agent` (which gets a clean
+/// environment otherwise). Some exist only in some releases
+/// (`SLURM_JOB_NODELIST` and `SLURM_JOB_START_TIME` from 24.11).
+pub const JOB_SCRIPT_ENV: &[&str] = &[
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURMD_NODENAME",
+    "SLURM_JOB_USER",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_JOB_WORK_DIR",
+    "SLURM_JOB_GPUS",
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_JOB_PARTITION",
+    "SLURM_HET_JOB_ID",
+    "SLURM_JOB_RESTART_COUNT",
+    "SLURM_JOB_START_TIME",
+    "SLURM_JOB_STDERR",
+    "SLURM_CONF",
+    "SPANK_SYNDEO_RLIMITS",
+    "SPANK_SYNDEO_UMASK",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_submit_records_reach_the_root_side_under_slurms_spank_prefix() {
+        for record in [RLIMITS_RECORD, UMASK_RECORD] {
+            assert!(JOB_SCRIPT_ENV.contains(&format!("SPANK_{record}").as_str()), "{record}");
+        }
+    }
+}

@@ -16,3 +16,25 @@ pub mod remove;
 pub mod sitekey;
 pub mod start;
 pub mod state;
+
+#[cfg(test)]
+mod tests {
+    /// The plugin runs `syndeo-agent prolog|epilog` with a clean environment
+    /// and passes only `JOB_SCRIPT_ENV`: a Slurm variable read here but
+    /// missing there would silently read as unset.
+    #[test]
+    fn every_slurm_variable_the_root_side_reads_is_one_the_plugin_passes() {
+        let sources = [include_str!("prolog.rs"), include_str!("epilog.rs"), include_str!("drain.rs")];
+        let mut read = Vec::new();
+        for src in sources {
+            for (i, _) in src.match_indices("(\"SLURM") {
+                let name: String = src[i + 2..].chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
+                read.push(name);
+            }
+        }
+        assert!(read.iter().any(|n| n == "SLURM_HET_JOB_ID"), "{read:?}");
+        for name in read {
+            assert!(syndeo_protocol::env::JOB_SCRIPT_ENV.contains(&name.as_str()), "{name} is read but not passed");
+        }
+    }
+}

@@ -144,7 +144,11 @@ fn make_dirs(a: &PrologArgs, spec: &JobSpec) -> Result<()> {
 /// The job as this node sees it, from the prolog's environment (set by
 /// slurmd), the plugin's arguments and the node addresses it sends on stdin.
 fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let env = |k: &str| {
+        // The plugin passes only these: a name missing there would read as unset.
+        debug_assert!(syndeo_protocol::env::JOB_SCRIPT_ENV.contains(&k), "{k} is not in JOB_SCRIPT_ENV");
+        std::env::var(k).ok().filter(|v| !v.is_empty())
+    };
     let node = env("SLURMD_NODENAME").ok_or_else(|| anyhow!("SLURMD_NODENAME is not set in the prolog"))?;
     let list = env("SLURM_JOB_NODELIST")
         .or_else(|| env("SLURM_NODELIST"))

@@ -17,6 +17,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use syndeo_protocol::env::JOB_SCRIPT_ENV;
 use syndeo_protocol::exit;
 
 use crate::child::{self, RunError};
@@ -25,20 +26,6 @@ use crate::ffi::{adopt_into_extern_step, log_error, log_info, node_addresses, ru
 use crate::hooks::config;
 use crate::launch::{launch, propagated, Launch};
 use crate::{HookError, HookResult};
-
-/// Environment the agent needs from the prolog's, by name.
-const PASS_ENV: &[&str] = &[
-    "SLURM_JOB_NODELIST",
-    "SLURM_NODELIST",
-    "SLURMD_NODENAME",
-    "SLURM_JOB_USER",
-    "SLURM_JOB_NUM_NODES",
-    "SLURM_JOB_CPUS_PER_NODE",
-    "SLURM_JOB_WORK_DIR",
-    "SLURM_JOB_GPUS",
-    "CUDA_VISIBLE_DEVICES",
-    "SLURM_JOB_PARTITION",
-];
 
 const PROLOG_LIMIT: Duration = Duration::from_secs(60);
 const START_LIMIT: Duration = Duration::from_secs(30);
@@ -177,7 +164,7 @@ fn agent_command(cfg: &PluginConfig, verb: &str, job: u32, uid: u32) -> Command 
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    for name in PASS_ENV {
+    for name in JOB_SCRIPT_ENV {
         if let Ok(v) = std::env::var(name) {
             cmd.env(name, v);
         }

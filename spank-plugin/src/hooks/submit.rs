@@ -7,15 +7,22 @@
 //! Once the options are parsed, a syndeo job also records the submitter's
 //! resource limits and umask in its SPANK environment: Slurm gives the job's
 //! tasks those, and the root side gives them to syndeo's processes too.
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use syndeo_protocol::env::{RLIMITS_RECORD, UMASK_RECORD};
 use syndeo_protocol::image::check_image_value;
 
 use crate::ffi::{Context, Spank};
 use crate::{HookError, HookResult};
 
+/// Whether this submit command was given `--syndeo`: Slurm's own
+/// `spank_option_getopt` answers "not available" in `init_post_opt` (all
+/// releases), so the option callback, which runs just before, notes it here.
+static GIVEN_HERE: AtomicBool = AtomicBool::new(false);
+
 /// `slurm_spank_init_post_opt`, at submit: the record of limits and umask.
 pub fn init_post_opt(sp: &Spank) -> HookResult {
-    if !matches!(sp.context(), Context::Local | Context::Allocator) || sp.option_value().is_none() {
+    if !matches!(sp.context(), Context::Local | Context::Allocator) || !GIVEN_HERE.load(Ordering::Relaxed) {
         return Ok(());
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -54,10 +61,14 @@ fn rlimits_record(limits: &str) -> String {
 
 /// Called by Slurm when `--syndeo` is parsed (also in slurmstepd, `remote`).
 pub fn option_given(value: Option<&str>, remote: bool) -> HookResult {
-    match value {
-        Some(v) if !remote => check_image_value(v).map_err(HookError),
-        _ => Ok(()),
+    if remote {
+        return Ok(());
     }
+    if let Some(v) = value {
+        check_image_value(v).map_err(HookError)?;
+    }
+    GIVEN_HERE.store(true, Ordering::Relaxed);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -79,5 +90,6 @@ mod tests {
         assert!(option_given(Some(""), true).is_ok(), "srun --syndeo inside a job passes an empty value");
         assert!(option_given(None, false).is_ok());
         assert!(option_given(Some("/img"), false).is_ok());
+        assert!(GIVEN_HERE.load(Ordering::Relaxed), "init_post_opt must know --syndeo was given");
     }
 }
