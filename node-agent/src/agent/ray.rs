@@ -142,6 +142,8 @@ pub fn ray_container(spec: &JobSpec, image: &Path, ports: &NodePorts) -> Contain
         // Workers start alongside the head and wait for its GCS this long.
         ("RAY_gcs_rpc_server_connect_timeout_s", spec.config.startup_timeout.to_string()),
     ];
+    let mut env: Vec<(&str, String)> = env.into();
+    env.extend(memory_monitor_env(spec.cgroup.memory_mb));
     let mut binds = job_binds(spec, &spec.workdir);
     if let Some(dir) = &spec.cgroup.memory_dir {
         // Ray's memory monitor reads its own cgroup there: it sees the job's limit.
@@ -160,6 +162,20 @@ pub fn ray_container(spec: &JobSpec, image: &Path, ports: &NodePorts) -> Contain
     }
 }
 
+/// Under a cgroup memory limit, Ray's memory monitor must stop a runaway
+/// task before the kernel's OOM killer does: then the driver gets Ray's
+/// `OutOfMemoryError` naming the task, not a bare "worker died". Ray's
+/// defaults (act at 95 %, look every 250 ms) leave too little room for a task
+/// that grows by hundreds of MB a second; syndeo keeps a margin of a tenth of
+/// the limit (at least 192 MiB) and looks every 50 ms (a read of two small
+/// cgroup files). Without a limit, Ray's defaults stand.
+pub fn memory_monitor_env(limit_mb: Option<u64>) -> Vec<(&'static str, String)> {
+    let Some(limit) = limit_mb.filter(|l| *l > 0) else { return vec![] };
+    let margin = (limit / 10).max(192);
+    let threshold = (1.0 - margin as f64 / limit as f64).clamp(0.5, 0.95);
+    vec![("RAY_memory_usage_threshold", format!("{threshold:.2}")), ("RAY_memory_monitor_refresh_ms", "50".into())]
+}
+
 /// The last lines of this node's Ray log, for error messages.
 pub fn log_tail(spec: &JobSpec, lines: usize) -> String {
     let text = std::fs::read_to_string(spec.dir().ray_log()).unwrap_or_default();
@@ -170,6 +186,16 @@ pub fn log_tail(spec: &JobSpec, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn under_a_memory_limit_rays_monitor_keeps_a_margin_and_looks_often() {
+        assert!(memory_monitor_env(None).is_empty());
+        let env = |mb| memory_monitor_env(Some(mb)).into_iter().collect::<std::collections::HashMap<_, _>>();
+        assert_eq!(env(4000)["RAY_memory_usage_threshold"], "0.90");
+        assert_eq!(env(1000)["RAY_memory_usage_threshold"], "0.81", "at least 192 MiB of margin");
+        assert_eq!(env(200)["RAY_memory_usage_threshold"], "0.50", "never below half");
+        assert_eq!(env(1000)["RAY_memory_monitor_refresh_ms"], "50");
+    }
 
     fn spec() -> JobSpec {
         crate::job::simulated_spec(9, &["n1"], 0)
