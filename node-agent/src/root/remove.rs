@@ -58,7 +58,9 @@ pub fn remove_tree_at(parent: RawFd, name: &OsStr, shown: &Path, deadline: Insta
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return left,
         Err(Errno::ENOTDIR) | Err(Errno::ELOOP) => {
-            unlink(parent, name, false, &top_path, &mut left);
+            let mut failed = Vec::new();
+            unlink(parent, name, false, &top_path, &mut left, &mut failed);
+            left.failures.extend(failed);
             return left;
         }
         Err(e) => {
@@ -68,13 +70,20 @@ pub fn remove_tree_at(parent: RawFd, name: &OsStr, shown: &Path, deadline: Insta
     };
     flatten(&top, &top_path, deadline, &mut left);
     drop(top);
-    unlink(parent, name, true, &top_path, &mut left);
+    if left.is_clean() {
+        let mut failed = Vec::new();
+        unlink(parent, name, true, &top_path, &mut left, &mut failed);
+        left.failures.extend(failed);
+    }
     left
 }
 
 /// Empties the directory `top`: files are unlinked, subdirectories emptied
-/// one level down with theirs moved up here, then removed; until nothing is
-/// left or the deadline passes.
+/// one level down with theirs moved up here, then removed; pass after pass
+/// until nothing is left, a pass removes nothing, or the deadline passes.
+/// What fails in a pass is tried again in the next (a directory still full
+/// after one slice of its entries is no failure); only what the last pass
+/// could not remove is reported.
 fn flatten(top: &DirFd, top_path: &Path, deadline: Instant, left: &mut Leftovers) {
     let mut fresh = 0u64;
     loop {
@@ -86,54 +95,70 @@ fn flatten(top: &DirFd, top_path: &Path, deadline: Instant, left: &mut Leftovers
             return;
         }
         let before = left.removed;
+        let mut pass = Vec::new();
         for (name, is_dir) in entries {
             if Instant::now() > deadline {
+                left.failures.extend(pass);
                 return left
                     .failures
                     .push((top_path.join(&name), "not removed before the epilog's time ran out".into()));
             }
             if !is_dir {
-                unlink(top.as_raw_fd(), &name, false, &top_path.join(&name), left);
+                unlink(top.as_raw_fd(), &name, false, &top_path.join(&name), left, &mut pass);
                 continue;
             }
             let Ok(sub) = open_dir(top.as_raw_fd(), &name) else {
-                unlink(top.as_raw_fd(), &name, false, &top_path.join(&name), left);
+                unlink(top.as_raw_fd(), &name, false, &top_path.join(&name), left, &mut pass);
                 continue;
             };
-            hoist(&sub, top, &top_path.join(&name), &mut fresh, left);
+            hoist(&sub, top, &top_path.join(&name), &mut fresh, left, &mut pass);
             drop(sub);
-            unlink(top.as_raw_fd(), &name, true, &top_path.join(&name), left);
+            unlink(top.as_raw_fd(), &name, true, &top_path.join(&name), left, &mut pass);
         }
         if left.removed == before {
             // A pass that removed nothing: what is left cannot go.
+            left.failures.extend(pass);
             return;
         }
     }
 }
 
-/// Unlinks `sub`'s files and moves its subdirectories up into `top`.
-fn hoist(sub: &DirFd, top: &DirFd, sub_path: &Path, fresh: &mut u64, left: &mut Leftovers) {
-    let entries = match list(sub.as_raw_fd()) {
-        Ok(e) => e,
-        Err(e) => return left.failures.push((sub_path.to_path_buf(), format!("listing: {e}"))),
-    };
-    for (name, is_dir) in entries {
-        if !is_dir {
-            unlink(sub.as_raw_fd(), &name, false, &sub_path.join(&name), left);
-            continue;
+/// Unlinks `sub`'s files and moves its subdirectories up into `top`, a
+/// slice of entries at a time, until it is empty or a slice changes nothing.
+fn hoist(sub: &DirFd, top: &DirFd, sub_path: &Path, fresh: &mut u64, left: &mut Leftovers, pass: &mut Failures) {
+    loop {
+        let entries = match list(sub.as_raw_fd()) {
+            Ok(e) => e,
+            Err(e) => return pass.push((sub_path.to_path_buf(), format!("listing: {e}"))),
+        };
+        if entries.is_empty() {
+            return;
         }
-        loop {
-            *fresh += 1;
-            let to = OsString::from(format!(".syndeo-rm-{fresh}"));
-            match renameat(Some(sub.as_raw_fd()), name.as_os_str(), Some(top.as_raw_fd()), to.as_os_str()) {
-                Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => continue,
-                Err(e) => left.failures.push((sub_path.join(&name), format!("moving up: {e}"))),
-                Ok(()) => {}
+        let (removed, failed) = (left.removed, pass.len());
+        let mut moved = 0u64;
+        for (name, is_dir) in entries {
+            if !is_dir {
+                unlink(sub.as_raw_fd(), &name, false, &sub_path.join(&name), left, pass);
+                continue;
             }
-            break;
+            loop {
+                *fresh += 1;
+                let to = OsString::from(format!(".syndeo-rm-{fresh}"));
+                match renameat(Some(sub.as_raw_fd()), name.as_os_str(), Some(top.as_raw_fd()), to.as_os_str()) {
+                    Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => continue,
+                    Err(e) => pass.push((sub_path.join(&name), format!("moving up: {e}"))),
+                    Ok(()) => moved += 1,
+                }
+                break;
+            }
+        }
+        if left.removed == removed && moved == 0 || pass.len() > failed {
+            return;
         }
     }
 }
+
+type Failures = Vec<(PathBuf, String)>;
 
 /// The entries of a directory (without `.` and `..`), and whether each is a
 /// directory (not following links).
@@ -167,13 +192,14 @@ fn open_dir(parent: RawFd, name: &OsStr) -> nix::Result<DirFd> {
     openat(Some(parent), name, flags, Mode::empty()).map(DirFd)
 }
 
-fn unlink(dir: RawFd, name: &OsStr, is_dir: bool, shown: &Path, left: &mut Leftovers) {
+/// Unlinks one entry; a failure goes to `failed`.
+fn unlink(dir: RawFd, name: &OsStr, is_dir: bool, shown: &Path, left: &mut Leftovers, failed: &mut Failures) {
     let flag = if is_dir { UnlinkatFlags::RemoveDir } else { UnlinkatFlags::NoRemoveDir };
     match unlinkat(Some(dir), name, flag) {
         Ok(()) => left.removed += 1,
         Err(Errno::ENOENT) => {}
-        Err(Errno::EISDIR) if !is_dir => unlink(dir, name, true, shown, left),
-        Err(e) => left.failures.push((shown.to_path_buf(), e.to_string())),
+        Err(Errno::EISDIR) if !is_dir => unlink(dir, name, true, shown, left, failed),
+        Err(e) => failed.push((shown.to_path_buf(), e.to_string())),
     }
 }
 
@@ -225,6 +251,21 @@ mod tests {
         assert!(left.is_clean(), "{:?}", left.failures);
         assert!(!job.exists());
         assert_eq!(std::fs::read(outside.path().join("keep")).unwrap(), b"k");
+    }
+
+    /// More entries in one subdirectory than one listing slice holds: no
+    /// failure is reported for the slices that came before the last.
+    #[test]
+    fn a_subdirectory_larger_than_a_listing_slice_goes_with_no_failure_reported() {
+        let base = tempfile::tempdir().unwrap();
+        let big = base.path().join("job/litter");
+        std::fs::create_dir_all(&big).unwrap();
+        for i in 0..(65536 * 2 + 10) {
+            std::fs::File::create(big.join(format!("f{i}"))).unwrap();
+        }
+        let left = remove(base.path(), "job");
+        assert!(left.is_clean(), "{} failures, first {:?}", left.failures.len(), left.failures.first());
+        assert!(!base.path().join("job").exists());
     }
 
     #[test]
