@@ -16,6 +16,15 @@ use tracing::info;
 use super::mesh::{self, pb::join_reply::Role as PbRole, pb::mesh_client::MeshClient};
 use super::state::{Role, Shared};
 
+/// Where `node`'s agent listens: Slurm's NodeAddr for it (which root bound
+/// the mesh socket on), else whatever its name resolves to.
+pub async fn address_of(spec: &crate::job::JobSpec, node: &str) -> Option<IpAddr> {
+    match spec.nodes.iter().position(|n| n == node).and_then(|i| spec.addr_of(i)) {
+        Some(ip) => Some(ip),
+        None => resolve(node).await.ok(),
+    }
+}
+
 pub async fn resolve(node: &str) -> Result<IpAddr> {
     let addrs = tokio::net::lookup_host(format!("{node}:0")).await?;
     let mut v4 = None;
@@ -66,7 +75,7 @@ pub async fn elect(
             continue;
         }
         let window_end = round + head_timeout * (k as u32 + 1);
-        let ip = resolve(node).await.ok();
+        let ip = address_of(spec, node).await;
         match match ip {
             Some(ip) => mesh::join(shared, ip).await,
             None => None,

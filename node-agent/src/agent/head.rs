@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::election::resolve;
+use super::election::address_of;
 use super::launcher::Event;
 use super::mesh::{self, pb::cluster_view::Phase};
 use super::node_ray::{job_notice, start_ray, started, StartFailure};
@@ -81,7 +81,7 @@ async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>
     while !lost.is_empty() && Instant::now() < until {
         let mut left = Vec::new();
         for (n, why) in lost {
-            let answer = async { mesh::join(shared, resolve(n).await.ok()?).await };
+            let answer = async { mesh::join(shared, address_of(&shared.spec, n).await?).await };
             let left_time = until.saturating_duration_since(Instant::now());
             if matches!(tokio::time::timeout(left_time, answer).await, Ok(Some(_))) {
                 info!(node = %n, "its agent answers again; it will rejoin as a worker");

@@ -40,7 +40,14 @@ struct Rounds {
 
 async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
     let node = shared.spec.node.clone();
-    let ip = resolve(&node).await.map_err(|e| Fault::node(format!("cannot resolve this node's name {node}: {e}")))?;
+    // Slurm's NodeAddr for this node (root bound the mesh socket there);
+    // the name is resolved only where Slurm gave no address.
+    let ip = match shared.spec.addr_of(shared.spec.index) {
+        Some(ip) => ip,
+        None => {
+            resolve(&node).await.map_err(|e| Fault::node(format!("cannot resolve this node's name {node}: {e}")))?
+        }
+    };
     let mut rounds = Rounds { round: t0, passed: BTreeSet::new(), dropped: Dropped::new() };
     if shared.restart.is_some() {
         // This agent's earlier run (head or worker) ended with its process,
