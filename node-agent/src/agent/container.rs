@@ -81,7 +81,11 @@ pub struct RayProcess {
 
 impl RayProcess {
     /// Starts the container; its events arrive on the returned channel.
-    pub fn spawn(argv: &[String], env: &[(String, String)], spec: &JobSpec) -> Result<(RayProcess, mpsc::Receiver<Event>), Fault> {
+    pub fn spawn(
+        argv: &[String],
+        env: &[(String, String)],
+        spec: &JobSpec,
+    ) -> Result<(RayProcess, mpsc::Receiver<Event>), Fault> {
         let log_path = spec.dir().ray_log();
         let log = std::fs::OpenOptions::new()
             .create(true)

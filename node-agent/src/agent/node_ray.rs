@@ -60,7 +60,11 @@ pub async fn started(shared: &Shared, events: &mut mpsc::Receiver<Event>, what: 
             Some(Event::Failed(m)) => format!("{what} on {}: {m}", shared.spec.node),
             Some(Event::Died) | Some(Event::Exited) | None => {
                 let tail = ray::log_tail(&shared.spec, 4);
-                format!("{what} on {}: the container of image {} ended early: {tail}", shared.spec.node, image_of(shared))
+                format!(
+                    "{what} on {}: the container of image {} ended early: {tail}",
+                    shared.spec.node,
+                    image_of(shared)
+                )
             }
         };
         return Err(StartFailure { message, loaded });

@@ -130,7 +130,11 @@ impl Worker<'_> {
             }
             Some(Event::Died) | Some(Event::Exited) | None => {
                 let image = super::node_ray::image_of(self.shared);
-                format!("Ray worker on {}: the container of image {image} ended early: {}", spec.node, ray::log_tail(spec, 4))
+                format!(
+                    "Ray worker on {}: the container of image {image} ended early: {}",
+                    spec.node,
+                    ray::log_tail(spec, 4)
+                )
             }
         };
         Some(self.failed(failure, stream).await)

@@ -104,7 +104,12 @@ impl Apptainer {
             return vec![];
         }
         if nvccli {
-            return vec!["--nv".into(), "--nvccli".into(), "--env".into(), format!("NVIDIA_VISIBLE_DEVICES={}", spec.gpu_ids.join(","))];
+            return vec![
+                "--nv".into(),
+                "--nvccli".into(),
+                "--env".into(),
+                format!("NVIDIA_VISIBLE_DEVICES={}", spec.gpu_ids.join(",")),
+            ];
         }
         gpu_binds(&spec.gpu_devices)
             .into_iter()
@@ -169,7 +174,11 @@ mod tests {
     fn exec_container_keeps_the_job_environment() {
         let spec = ContainerSpec { image: "/i.sif".into(), workdir: "/w".into(), ..Default::default() };
         let c = Apptainer { binary: "/usr/bin/apptainer".into() }.command(&spec, &[]).unwrap();
-        assert!(!c.contains(&"--cleanenv".to_string()) && !c.contains(&"--pid".to_string()) && !c.contains(&"--nv".to_string()));
+        assert!(
+            !c.contains(&"--cleanenv".to_string())
+                && !c.contains(&"--pid".to_string())
+                && !c.contains(&"--nv".to_string())
+        );
     }
 
     #[test]
@@ -184,7 +193,11 @@ mod tests {
         let with = a.gpu_args(&spec, true);
         assert_eq!(with, ["--nv", "--nvccli", "--env", "NVIDIA_VISIBLE_DEVICES=1"]);
         let without = a.gpu_args(&spec, false);
-        assert_eq!(without, ["--bind".to_string(), dev.to_string_lossy().into_owned()], "no --nv: it would bind every GPU");
+        assert_eq!(
+            without,
+            ["--bind".to_string(), dev.to_string_lossy().into_owned()],
+            "no --nv: it would bind every GPU"
+        );
     }
 
     #[test]

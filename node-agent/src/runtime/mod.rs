@@ -124,7 +124,8 @@ fn check_owner(real: &Path, shown: &Path) -> Result<(), Fault> {
     for p in paths {
         let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
         if m.uid() != 0 && m.uid() != me {
-            let owner = nix::unistd::User::from_uid(m.uid().into()).ok().flatten().map_or(m.uid().to_string(), |u| u.name);
+            let owner =
+                nix::unistd::User::from_uid(m.uid().into()).ok().flatten().map_or(m.uid().to_string(), |u| u.name);
             return Err(Fault::user(format!(
                 "image {} belongs to another user ({owner}), who could change it while your job runs it; \
                  use an image of yours or of the site's (owned by root)",
