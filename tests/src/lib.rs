@@ -18,21 +18,69 @@ pub fn minicluster() -> PathBuf {
     repo().join("tests/cluster/minicluster")
 }
 
+/// Slurm's client commands: they run as the running release's (`minicluster exec`).
+const SLURM_CLIENTS: &[&str] =
+    &["sbatch", "srun", "salloc", "scontrol", "squeue", "sinfo", "scancel", "sstat", "sacct"];
+
 /// Runs a command, returning its output (never panics on a non-zero exit).
+/// Slurm's client commands run as the running release's.
 pub fn run(argv: &[&str]) -> Output {
+    if SLURM_CLIENTS.contains(&argv[0]) {
+        return Command::new(minicluster())
+            .args(["exec", "--"])
+            .args(argv)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {argv:?}: {e}"));
+    }
     Command::new(argv[0]).args(&argv[1..]).output().unwrap_or_else(|e| panic!("cannot run {argv:?}: {e}"))
+}
+
+/// `minicluster up` again, with the release and mode it runs now.
+pub fn minicluster_up_again() -> Output {
+    let release = release();
+    let mut argv = vec![minicluster().to_str().unwrap().to_string(), "up".into(), "--slurm".into(), release];
+    if !cgroup_mode() {
+        argv.push("--no-cgroups".into());
+    }
+    let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+    run(&refs)
+}
+
+/// A file of the minicluster's state (release, root, mode, nodes).
+fn mc_state(name: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/run/syndeo-minicluster/{name}")).ok().map(|s| s.trim().to_string())
+}
+
+/// The Slurm release the minicluster runs ("22.05", "24.11", "26.05").
+pub fn release() -> String {
+    mc_state("release").unwrap_or_else(|| "22.05".into())
+}
+
+/// Where the running release's root lies on the host ("" for the host's own).
+pub fn root_prefix() -> String {
+    mc_state("root").filter(|r| r != "/").unwrap_or_default()
+}
+
+/// syndeo's container runtime on the running release ("apptainer" or "bubblewrap").
+pub fn runtime() -> String {
+    let conf = std::fs::read_to_string(format!("{}/etc/syndeo/syndeo.toml", root_prefix())).unwrap_or_default();
+    if conf.contains("runtime = \"apptainer\"") {
+        "apptainer".into()
+    } else {
+        "bubblewrap".into()
+    }
 }
 
 pub fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-/// Runs `argv` as `user` in `dir` (no shell), with a login-like environment
-/// of its own: nothing of the test process (sbatch exports the submitter's
-/// environment into the job).
+/// Runs `argv` as `user` in `dir` (no shell; in the running release's root),
+/// with a login-like environment of its own: nothing of the test process
+/// (sbatch exports the submitter's environment into the job).
 pub fn as_user(user: &str, dir: &Path, argv: &[&str]) -> Output {
-    Command::new("/usr/sbin/runuser")
-        .args(["-u", user, "--"])
+    Command::new(minicluster())
+        .args(["exec", "--user", user, "--cwd", dir.to_str().unwrap(), "--"])
         .args(argv)
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -130,7 +178,7 @@ impl Job {
 
 /// Runs a command inside a node's namespaces (network, UTS, mount).
 pub fn in_node(node: &str, argv: &[&str]) -> Output {
-    let mut a = vec![minicluster().to_str().unwrap().to_string(), "exec".into(), node.into()];
+    let mut a = vec![minicluster().to_str().unwrap().to_string(), "node-exec".into(), node.into()];
     a.extend(argv.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = a.iter().map(String::as_str).collect();
     run(&refs)
@@ -202,6 +250,39 @@ fn leftovers_now(job: u32, user: &str) -> Vec<String> {
 }
 
 impl Job {
+    /// Waits until Slurm says the job runs.
+    pub fn wait_running(&self, limit: Duration) {
+        let t = Instant::now();
+        while self.field("JobState").as_deref() != Some("RUNNING") {
+            assert!(t.elapsed() < limit, "job {} did not start within {limit:?}: {}", self.id, self.output());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The lines of the job's stdout that start with `prefix`, prefix removed.
+    pub fn lines(&self, prefix: &str) -> Vec<String> {
+        self.stdout().lines().filter_map(|l| l.strip_prefix(prefix).map(str::to_string)).collect()
+    }
+
+    /// Waits until the job's stdout has `n` lines starting with `prefix`.
+    pub fn wait_lines(&self, prefix: &str, n: usize, limit: Duration) -> Vec<String> {
+        let t = Instant::now();
+        loop {
+            let found = self.lines(prefix);
+            if found.len() >= n {
+                return found;
+            }
+            assert!(
+                t.elapsed() < limit,
+                "job {} printed {} of {n} {prefix} lines within {limit:?}: {}",
+                self.id,
+                found.len(),
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// Waits until the job's stdout has a line starting with `prefix`; returns
     /// the rest of that line. Panics with the output if the job ends first.
     pub fn wait_line(&self, prefix: &str, limit: Duration) -> String {
@@ -303,9 +384,43 @@ pub fn image_without_ray() -> String {
     noray
 }
 
+/// One of the attack scripts in tests/attacks/, written into `dir` for `user`.
+pub fn attack_script(user: &str, dir: &Path, name: &str) -> PathBuf {
+    let path = repo().join("tests/attacks").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let to = dir.join(name);
+    write_file(user, &to, &text);
+    to
+}
+
+/// Whether the minicluster runs Slurm's cgroup plugins (`up` without `--no-cgroups`).
+pub fn cgroup_mode() -> bool {
+    std::fs::read_to_string("/run/syndeo-minicluster/mode").map(|m| m.trim() == "cgroups").unwrap_or(false)
+}
+
+/// A node's address on the minicluster's bridge.
+pub fn node_addr(node: &str) -> String {
+    let i: usize = node.trim_start_matches("node").parse().expect("nodeN");
+    format!("10.213.7.{}", 10 + i)
+}
+
+/// The address `job`'s agent on `node` serves its mesh on (root's view, `ss`).
+pub fn mesh_address(job: u32, node: &str) -> String {
+    let pid = agent_pid(job, node).expect("the agent");
+    let o = in_node(node, &["ss", "-ltnpH"]);
+    let line = text(&o).lines().find(|l| l.contains(&format!("pid={pid},"))).map(str::to_string);
+    line.and_then(|l| l.split_whitespace().nth(3).map(str::to_string))
+        .unwrap_or_else(|| panic!("no mesh port: {}", text(&o)))
+}
+
+/// The job's secret on `node`, as root keeps it.
+pub fn job_secret(job: u32, node: &str) -> String {
+    text(&in_node(node, &["cat", &format!("/run/syndeo/.jobs/{job}/secret")])).trim().to_string()
+}
+
 /// The PID of `node`'s slurmd (its namespaces are the node's).
 pub fn slurmd_pid(node: &str) -> i32 {
-    std::fs::read_to_string(format!("/run/slurmd-{node}.pid")).unwrap().trim().parse().unwrap()
+    std::fs::read_to_string(format!("{}/run/slurmd-{node}.pid", root_prefix())).unwrap().trim().parse().unwrap()
 }
 
 /// A process of `job`'s cluster on `node` whose command line starts with `prefix`.
@@ -368,20 +483,20 @@ pub struct ConfigOverride {
 
 impl ConfigOverride {
     pub fn set(key: &str, value: &str) -> ConfigOverride {
-        let path = "/etc/syndeo/syndeo.toml";
-        let original = std::fs::read_to_string(path).unwrap();
+        let path = format!("{}/etc/syndeo/syndeo.toml", root_prefix());
+        let original = std::fs::read_to_string(&path).unwrap();
         let changed: Vec<String> = original
             .lines()
             .map(|l| if l.starts_with(&format!("{key} =")) { format!("{key} = {value}") } else { l.to_string() })
             .collect();
         assert!(changed.iter().any(|l| *l == format!("{key} = {value}")), "{key} is not in {path}");
-        std::fs::write(path, changed.join("\n") + "\n").unwrap();
+        std::fs::write(&path, changed.join("\n") + "\n").unwrap();
         ConfigOverride { original }
     }
 }
 
 impl Drop for ConfigOverride {
     fn drop(&mut self) {
-        std::fs::write("/etc/syndeo/syndeo.toml", &self.original).unwrap();
+        std::fs::write(format!("{}/etc/syndeo/syndeo.toml", root_prefix()), &self.original).unwrap();
     }
 }

@@ -197,11 +197,12 @@ except Exception as e:
     print("CLIENT REFUSED", type(e).__name__)
 "#;
 
-/// From B's job: A's agent's mesh `Join`, for A's job, with no token and
-/// with B's own mesh token (HMAC of B's job secret, argv[3], as B's agent
-/// makes it); raw gRPC (grpcio is in the ray[default] image), hand-encoded.
+/// From B's job: A's agent's mesh `Join`, for A's job, as plain gRPC (grpcio
+/// is in the ray[default] image; the request hand-encoded), and a TLS
+/// handshake without the job's certificate (Python's ssl). Both are refused
+/// before any request is read.
 const MESH_INTRUDER: &str = r#"
-import hashlib, hmac, os, sys, grpc
+import socket, ssl, sys, grpc
 addr, job = sys.argv[1], int(sys.argv[2])
 def varint(n):
     out = b""
@@ -212,24 +213,22 @@ def varint(n):
         out += bytes([b | 0x80])
 node = b"node2"
 request = b"\x08" + varint(job) + b"\x12" + bytes([len(node)]) + node
-own = hmac.new(sys.argv[3].encode(), b"mesh", hashlib.sha256).hexdigest()
 join = grpc.insecure_channel(addr).unary_unary("/syndeo.mesh.Mesh/Join")
-for label, md in (("NO_TOKEN", ()), ("B_TOKEN", (("x-syndeo-token", own),))):
-    try:
-        join(request, metadata=md, timeout=10)
-        print("MESH", label, "ANSWERED")
-    except grpc.RpcError as e:
-        print("MESH", label, e.code().name)
+try:
+    join(request, timeout=10)
+    print("MESH PLAIN ANSWERED")
+except grpc.RpcError as e:
+    print("MESH PLAIN", e.code().name)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+host, port = addr.rsplit(":", 1)
+try:
+    with ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=10)) as s:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        print("MESH TLS", "ANSWERED" if s.recv(100) else "CLOSED")
+except (OSError, ssl.SSLError) as e:
+    print("MESH TLS REFUSED", type(e).__name__)
 "#;
-
-/// The address A's agent on `node` serves its mesh on (root's view, `ss`).
-fn mesh_address(job: u32, node: &str) -> String {
-    let pid = agent_pid(job, node).expect("the agent");
-    let o = in_node(node, &["ss", "-ltnpH"]);
-    let line = text(&o).lines().find(|l| l.contains(&format!("pid={pid},"))).map(str::to_string);
-    line.and_then(|l| l.split_whitespace().nth(3).map(str::to_string))
-        .unwrap_or_else(|| panic!("no mesh port: {}", text(&o)))
-}
 
 /// As user B, an HTTP GET of a dashboard's job list with a bearer token or
 /// none; the HTTP status.
@@ -326,11 +325,10 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
     assert!(by_b.contains("CLIENT REFUSED") && !by_b.contains("CLIENT JOINED"), "{by_b}");
     assert!(by_a.contains("CLIENT JOINED 2"), "A's own client must work: {by_a}");
 
-    // A's agent: B calls its mesh for A's job, without a token and with B's own.
+    // A's agent: B calls its mesh for A's job, as plain gRPC and over TLS
+    // without the job's certificate.
     write_file(USER_B, &dir_b.join("mesh.py"), MESH_INTRUDER);
     let (mesh_a, id_a, id_b) = (mesh_address(a.id, "node1"), a.id.to_string(), b.id.to_string());
-    // B's own job secret (B can read it on the host; the image has no job dir).
-    let secret_b = text(&in_node("node2", &["cat", &format!("/run/syndeo/{}/secret", b.id)])).trim().to_string();
     let argv = [
         "srun",
         "--jobid",
@@ -345,13 +343,16 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
         "mesh.py",
         &mesh_a,
         &id_a,
-        &secret_b,
     ];
     let mesh_by_b = text(&as_user(USER_B, &dir_b, &argv));
-    assert!(mesh_by_b.contains("MESH NO_TOKEN UNAUTHENTICATED"), "{mesh_by_b}");
-    assert!(mesh_by_b.contains("MESH B_TOKEN UNAUTHENTICATED"), "{mesh_by_b}");
+    assert!(mesh_by_b.contains("MESH PLAIN UNAVAILABLE"), "{mesh_by_b}");
+    assert!(mesh_by_b.contains("MESH TLS REFUSED") || mesh_by_b.contains("MESH TLS CLOSED"), "{mesh_by_b}");
+    assert!(!mesh_by_b.contains("ANSWERED"), "{mesh_by_b}");
     let log_a = text(&in_node("node1", &["cat", &format!("/run/syndeo/{}/agent.log", a.id)]));
-    assert!(log_a.contains("refused a mesh call without this job's token"), "A's agent did not log the refusal");
+    assert!(
+        log_a.contains("refused a connection that did not prove it is this job's agent"),
+        "A's agent did not log the refusal"
+    );
 
     write_file(USER_A, &dir_a.join("release"), "");
     write_file(USER_B, &dir_b.join("release"), "");

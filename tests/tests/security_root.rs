@@ -1,0 +1,272 @@
+//! Security of syndeo's root side and of what slurmstepd reads, with the
+//! attacks run for real by unprivileged users: values set by hand in a job's
+//! environment, hostile files where the plugin reads, attempts to change what
+//! a restarted agent reads, to stop the root side, and to squat its
+//! directories; and the site key's own checks.
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use syndeo_tests::*;
+
+/// `sbatch` as `user` with one extra variable in its environment.
+fn sbatch_with_env(user: &str, dir: &Path, var: (&str, &str), script: &str) -> std::process::Output {
+    write_file(user, &dir.join("job.sh"), script);
+    Command::new(minicluster())
+        .args(["exec", "--user", user, "--cwd", dir.to_str().unwrap(), "--"])
+        .args(["sbatch", "--parsable", "-N1", "-o", "job.out", "-e", "job.err", "job.sh"])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", format!("/home/{user}"))
+        .env(var.0, var.1)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A user sets the `--syndeo` value by hand in the environment sbatch reads
+/// options from, with values the submit-side check would refuse. Either
+/// sbatch refuses them, or the job fails with a `syndeo:` message naming the
+/// fault; the prolog never fails and no node is drained.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn an_image_value_set_by_hand_in_the_environment_fails_that_job_with_a_syndeo_message_and_drains_nothing() {
+    let dir = workdir(USER_A, "spank-env");
+    for (value, says) in
+        [("-rf", "not an absolute path"), ("images/ray", "not an absolute path"), ("/a/../etc", "`..` component")]
+    {
+        let o = sbatch_with_env(
+            USER_A,
+            &dir,
+            ("SLURM_SPANK__SLURM_SPANK_OPTION_syndeo_syndeo", value),
+            "#!/bin/sh\necho SCRIPT RAN\n",
+        );
+        if !o.status.success() {
+            assert!(text(&o).contains("syndeo:") && text(&o).contains(says), "{value}: {}", text(&o));
+            continue;
+        }
+        let id: u32 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+        let job = Job { id, dir: dir.clone() };
+        job.wait(Duration::from_secs(120));
+        let out = job.output();
+        assert!(!out.contains("SCRIPT RAN"), "{value}: the script ran: {out}");
+        assert!(out.contains("syndeo:") && out.contains(says), "{value}: {out}");
+    }
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+}
+
+/// The job's user puts a FIFO, then a link to /dev/zero, where slurmstepd
+/// reads syndeo's failure note, then replaces the agent's socket with one
+/// that never stops answering: each step fails at once with a message that
+/// names the problem; nothing hangs, slurmstepd survives, no node drains.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn hostile_files_where_slurmstepd_reads_fail_the_step_with_a_message_and_nothing_hangs() {
+    let image = image();
+    let dir = workdir(USER_A, "hostile-files");
+    attack_script(USER_A, &dir, "evil_socket.py");
+    let script = r#"#!/bin/bash
+note=$SYNDEO_JOB_DIR/failed
+mkfifo $note
+timeout 60 srun -N1 -n1 -w node1 true; echo "FIFO_STEP=$?"
+rm -f $note; ln -s /dev/zero $note
+timeout 60 srun -N1 -n1 -w node1 true; echo "ZERO_STEP=$?"
+rm -f $note
+python3 evil_socket.py $SYNDEO_JOB_DIR/agent.sock 90 &
+sleep 1
+timeout 60 srun -N1 -n1 -w node1 true; echo "EVIL_STEP=$?"
+kill %1
+srun -N1 -n1 -w node2 sh -c 'echo FINE_ON=$(hostname)'
+"#;
+    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], script);
+    assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
+    let (out, err) = (job.stdout(), job.stderr());
+    for step in ["FIFO_STEP", "ZERO_STEP", "EVIL_STEP"] {
+        let code = out.lines().find_map(|l| l.strip_prefix(&format!("{step}="))).unwrap_or("missing");
+        assert!(code != "0" && code != "124" && code != "missing", "{step}={code}: {}", job.output());
+    }
+    assert!(err.contains("is not a regular file"), "{err}");
+    assert!(err.contains("is a symbolic link"), "{err}");
+    assert!(err.contains("over 64 KiB"), "{err}");
+    assert!(out.contains("FINE_ON=node2"), "{}", job.output());
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+}
+
+/// The agent reads the job's spec and secret from a sealed memory file root
+/// handed down: the user can read it and cannot change it, and no spec lies
+/// in the job directory any more. The image is pinned at the job's start: the
+/// user re-points the image path at nothing and kills an agent; the restarted
+/// agent runs the image the job started with and rejoins.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn the_state_a_restarted_agent_reads_cannot_be_changed_by_the_user_and_the_image_is_pinned() {
+    let image = image();
+    let dir = workdir(USER_A, "pinned");
+    let link = dir.join("img");
+    std::os::unix::fs::symlink(&image, &link).unwrap();
+    run(&["chown", "-h", &format!("{USER_A}:{USER_A}"), link.to_str().unwrap()]);
+    let script = r#"#!/bin/bash
+echo READY
+test -e $SYNDEO_JOB_DIR/job.json || echo NO_SPEC_IN_JOB_DIR
+for p in $(pgrep -u $USER -x syndeo-agent); do
+  python3 -c 'import sys
+try:
+    # Unbuffered: the write itself must fail, not a flush nobody sees.
+    print("WROTE", open("/proc/%s/fd/4" % sys.argv[1], "r+b", buffering=0).write(b"{}"))
+except OSError as e:
+    print("REFUSED", e.errno)' $p
+done
+for i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done
+srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}))'
+"#;
+    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={}", link.display())], script);
+    let _cancel = CancelOnDrop(vec![job.id]);
+    job.wait_line("READY", Duration::from_secs(300));
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("/nonexistent", &link).unwrap();
+    let agent = agent_pid(job.id, "node2").expect("the agent on node2");
+    run(&["kill", "-KILL", &agent.to_string()]);
+    job.wait_stderr("rejoined the cluster", Duration::from_secs(120));
+    let restarted = agent_pid(job.id, "node2").expect("a restarted agent");
+    let argv = proc_cmdline(restarted);
+    write_file(USER_A, &dir.join("go"), "");
+    assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+    let out = job.stdout();
+    assert!(out.contains("NO_SPEC_IN_JOB_DIR"), "{}", job.output());
+    assert!(out.contains("REFUSED") && !out.contains("WROTE"), "the user changed the agent's state: {}", job.output());
+    assert!(argv.contains(&format!("--image {image}")), "the restart did not use the pinned image: {argv}");
+    assert!(out.contains("ALIVE 3"), "{}", job.output());
+}
+
+/// From another job of the same user on the node, a loop stops and kills
+/// every `syndeo-agent prolog|start|epilog` it sees while three syndeo jobs
+/// run there. They are root's for all their life: every attempt is refused,
+/// the jobs run, and no node is drained.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn the_jobs_user_cannot_stop_or_kill_the_root_side_from_another_job() {
+    let image = image();
+    let dir = workdir(USER_A, "killer");
+    attack_script(USER_A, &dir, "killer.py");
+    let killer = sbatch(USER_A, &dir, &["-N1", "-w", "node1", "--mem=200M"], "#!/bin/bash\npython3 killer.py 150\n");
+    let _cancel = CancelOnDrop(vec![killer.id]);
+    killer.wait_running(Duration::from_secs(60));
+    for i in 0..3 {
+        let d = workdir(USER_A, &format!("killed-{i}"));
+        let job = sbatch(
+            USER_A,
+            &d,
+            &["-N1", "-w", "node1", &format!("--syndeo={image}")],
+            "#!/bin/sh\necho CLUSTER=$RAY_ADDRESS\n",
+        );
+        assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+        assert!(job.stdout().contains("CLUSTER=10.213.7."), "{}", job.output());
+    }
+    assert_eq!(killer.wait(Duration::from_secs(240)), "COMPLETED", "{}", killer.output());
+    let attempts: u32 = killer.lines("KILL_ATTEMPTS ").first().and_then(|n| n.parse().ok()).unwrap_or(0);
+    let refused: u32 = killer.lines("REFUSED ").first().and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(attempts > 0, "the loop never caught a root-side process: {}", killer.output());
+    assert_eq!(attempts, refused, "a signal reached the root side: {}", killer.output());
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+}
+
+/// Before any syndeo job, another user keeps planting links where root makes
+/// its temp and shared-memory bases (and files under names root might set
+/// aside there), in a tight loop, while a syndeo job starts on that node.
+/// root never follows them and the prolog never fails: the job runs, the
+/// bases are root's, and no node is drained.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn squatting_the_temp_and_shm_bases_in_a_loop_cannot_make_a_prolog_fail() {
+    let image = image();
+    let trap = format!("/home/{USER_B}/trap");
+    let _ = std::fs::remove_dir_all(&trap);
+    run(&["install", "-d", "-o", USER_B, "-g", USER_B, &trap]);
+    in_node("node1", &["rm", "-rf", "/tmp/syndeo", "/dev/shm/syndeo"]);
+    let dir_b = workdir(USER_B, "base-squatter");
+    attack_script(USER_B, &dir_b, "base_squatter.py");
+    let b = sbatch(
+        USER_B,
+        &dir_b,
+        &["-N1", "-w", "node1", "--mem=200M"],
+        &format!("#!/bin/bash\npython3 base_squatter.py {trap} 60\n"),
+    );
+    let _cancel = CancelOnDrop(vec![b.id]);
+    b.wait_running(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(2));
+    let dir = workdir(USER_A, "squatted-bases");
+    let job = sbatch(
+        USER_A,
+        &dir,
+        &["-N1", "-w", "node1", &format!("--syndeo={image}")],
+        "#!/bin/sh\necho CLUSTER=$RAY_ADDRESS\n",
+    );
+    assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+    b.wait(Duration::from_secs(120));
+    assert!(job.stdout().contains("CLUSTER=10.213.7."), "{}", job.output());
+    assert!(b.lines("PLANTED ").first().is_some_and(|n| n != "0"), "the squatter planted nothing: {}", b.output());
+    let planted: Vec<_> = std::fs::read_dir(&trap).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(planted.is_empty(), "root wrote through B's link: {planted:?}");
+    for base in ["/tmp/syndeo", "/dev/shm/syndeo"] {
+        assert_eq!(text(&in_node("node1", &["stat", "-c", "%U %F", base])).trim(), "root directory", "{base}");
+    }
+    assert!(drained_nodes().is_empty(), "a user's links drained a node: {:?}", drained_nodes());
+    in_node("node1", &["sh", "-c", "rm -rf /tmp/syndeo.* /dev/shm/syndeo.*"]);
+}
+
+/// A site key that others can read is refused with a message that says so
+/// and how to fix it: a node fault, so the node is drained with that reason
+/// (the test restores the key and resumes the node).
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_site_key_others_can_read_is_a_node_fault_that_names_the_fix() {
+    let image = image();
+    let key = format!("{}/etc/syndeo/site.key", root_prefix());
+    run(&["chmod", "0644", &key]);
+    let dir = workdir(USER_A, "site-key");
+    let job =
+        sbatch(USER_A, &dir, &["-N1", "-w", "node3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+    let t = std::time::Instant::now();
+    let mut reasons = String::new();
+    while t.elapsed() < Duration::from_secs(120) && !reasons.contains("node3") {
+        std::thread::sleep(Duration::from_millis(500));
+        reasons = text(&run(&["sinfo", "-R", "-h", "-o", "%n %E"]));
+    }
+    run(&["chmod", "0600", &key]);
+    run(&["scancel", &job.id.to_string()]);
+    job.wait(Duration::from_secs(120));
+    run(&["scontrol", "update", "nodename=node3", "state=resume"]);
+    assert!(reasons.contains("node3") && reasons.contains("site key") && reasons.contains("mode 0600"), "{reasons}");
+    let log = slurmd_log("node3");
+    assert!(log.contains("is owner 0 mode 644; it must be owner root, mode 0600"), "not in slurmd's log");
+    assert!(!job.stdout().contains("SCRIPT RAN"), "{}", job.output());
+}
+
+/// `scontrol requeue` of a running syndeo job: the new run gets a fresh
+/// cluster with fresh secrets (its mesh secret and its Ray token differ).
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_requeued_job_gets_a_fresh_cluster_with_fresh_secrets() {
+    let image = image();
+    let dir = workdir(USER_A, "requeue");
+    let script = "#!/bin/bash\necho \"RUN ${SLURM_RESTART_COUNT:-0} $RAY_ADDRESS $RAY_AUTH_TOKEN\"\nsleep 300\n";
+    let job = sbatch(USER_A, &dir, &["-N2", "--open-mode=append", &format!("--syndeo={image}")], script);
+    let _cancel = CancelOnDrop(vec![job.id]);
+    job.wait_line("RUN 0 ", Duration::from_secs(300));
+    let first_secret = job_secret(job.id, "node1");
+    assert!(run(&["scontrol", "requeue", &job.id.to_string()]).status.success());
+    let second = job.wait_lines("RUN ", 2, Duration::from_secs(400));
+    let second_secret = job_secret(job.id, "node1");
+    run(&["scancel", &job.id.to_string()]);
+    job.wait(Duration::from_secs(180));
+    let first = job.lines("RUN 0 ");
+    assert!(second[1].starts_with("1 "), "{second:?}");
+    let token = |l: &str| l.split_whitespace().last().unwrap_or_default().to_string();
+    assert_ne!(token(&first[0]), token(&second[1]), "the Ray token was reused");
+    assert!(!first_secret.is_empty() && !second_secret.is_empty());
+    assert_ne!(first_secret, second_secret, "the requeued run kept its mesh secret");
+    let left = leftovers(job.id, USER_A);
+    assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
+}
