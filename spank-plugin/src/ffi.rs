@@ -390,8 +390,13 @@ pub fn node_addresses(hostlist: &str) -> Vec<(String, Option<String>)> {
 /// accounting, and everything it starts afterwards inherits them.
 #[allow(clippy::unnecessary_cast)] // the constants' types differ between releases' headers
 pub fn adopt_into_extern_step(job: u32, pid: i32) -> Result<(), String> {
-    let mut step =
-        sys::slurm_step_id_t { job_id: job, step_id: sys::SLURM_EXTERN_CONT as u32, step_het_comp: sys::NO_VAL as u32 };
+    // SAFETY: a plain C struct of integers; all-zero is a valid value. Its
+    // fields differ between releases (26.05 adds `sluid`, which stepd_connect
+    // does not read), so only the three every release has are set.
+    let mut step: sys::slurm_step_id_t = unsafe { std::mem::zeroed() };
+    step.job_id = job;
+    step.step_id = sys::SLURM_EXTERN_CONT as u32;
+    step.step_het_comp = sys::NO_VAL as u32;
     let mut version: u16 = 0;
     // SAFETY: NULL directory and node name ask Slurm for this node's; the
     // descriptor returned is ours to close.
