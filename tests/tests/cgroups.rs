@@ -197,7 +197,7 @@ print("BURNED")
     job.wait(Duration::from_secs(180));
     let t = text(&o);
     let cpu_secs = t
-        .split(|c| c == ',' || c == '|' || c == '\n')
+        .split([',', '|', '\n'])
         .find_map(|f| f.strip_prefix("cpu="))
         .map(parse_slurm_time)
         .unwrap_or(0);
