@@ -196,11 +196,7 @@ print("BURNED")
     write_file(USER_A, &dir.join("go"), "");
     job.wait(Duration::from_secs(180));
     let t = text(&o);
-    let cpu_secs = t
-        .split([',', '|', '\n'])
-        .find_map(|f| f.strip_prefix("cpu="))
-        .map(parse_slurm_time)
-        .unwrap_or(0);
+    let cpu_secs = t.split([',', '|', '\n']).find_map(|f| f.strip_prefix("cpu=")).map(parse_slurm_time).unwrap_or(0);
     assert!(cpu_secs >= 10, "the extern step accounts {cpu_secs} s of CPU for 16 s of Ray tasks: {t}");
 }
 
