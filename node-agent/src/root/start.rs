@@ -73,6 +73,9 @@ fn start(dir: &StateDir, state: &JobState) -> Result<()> {
     let pid = child.id() as i32;
     let start_time = procs::stat(pid).map(|s| s.start_time).unwrap_or(0);
     dir.record_supervisor(ProcRecord { pid, start_time })?;
+    // For the plugin, which gives it to Slurm's accounting of the extern step.
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "supervisor {pid}").and_then(|_| out.flush());
     // Return once the agent listens, so a job step never races its socket.
     let jd = spec.dir();
     let deadline = Instant::now() + AGENT_START_LIMIT;

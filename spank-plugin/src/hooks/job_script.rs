@@ -69,6 +69,9 @@ pub fn prepared(cfg: &PluginConfig, job: u32) -> bool {
 pub fn start_agent(cfg: &PluginConfig, job: u32, uid: u32, adopt: bool) -> HookResult {
     let mut cmd = agent_command(cfg, "start", job, uid);
     cmd.arg("--hold").stdin(Stdio::piped());
+    if adopt {
+        cmd.stdout(Stdio::piped());
+    }
     let mut helper = cmd.spawn().map_err(|e| spawn_error("start", &cfg.agent.to_string_lossy(), e))?;
     if adopt {
         match adopt_into_extern_step(job, helper.id() as i32) {
@@ -81,7 +84,21 @@ pub fn start_agent(cfg: &PluginConfig, job: u32, uid: u32, adopt: bool) -> HookR
     if let Some(mut go) = helper.stdin.take() {
         let _ = go.write_all(b"go\n");
     }
-    finish(helper, START_LIMIT, "start", &cfg.agent.to_string_lossy()).map(|_| ())
+    let said = helper.stdout.take();
+    finish(helper, START_LIMIT, "start", &cfg.agent.to_string_lossy())?;
+    // The helper has ended; the supervisor it started lives on. Slurm's
+    // accounting of the step counts the processes below a pid it was given:
+    // give it the supervisor's, under which the agent and Ray run.
+    if let Some(pid) = said.and_then(|mut out| {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut out, &mut text).ok()?;
+        text.lines().find_map(|l| l.strip_prefix("supervisor ")?.trim().parse::<i32>().ok())
+    }) {
+        if let Err(e) = adopt_into_extern_step(job, pid) {
+            log_error(&format!("syndeo: job {job}: accounting the supervisor ({pid}): {e}"));
+        }
+    }
+    Ok(())
 }
 
 /// `{"node": "addr", ...}` for the job's nodes, from Slurm's configuration.
