@@ -91,7 +91,7 @@ impl Default for Config {
             object_store_mb: 512,
             extra_binds: vec![],
             temp_base: "/tmp/syndeo".into(),
-            shm_base: "/dev/shm/syndeo".into(),
+            shm_base: "/run/syndeo-shm".into(),
             site_key: "/etc/syndeo/site.key".into(),
             stop_grace: 15,
             runtime_dir_mb: 64,

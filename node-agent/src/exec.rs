@@ -35,12 +35,18 @@ pub fn run_wrapper(argv0: String) -> ExitCode {
 /// (RAY_ADDRESS and Slurm's variables included). Returns only on failure.
 pub fn exec_in_image(dir: &JobDir, argv: &[OsString]) -> anyhow::Error {
     let cwd = std::env::current_dir().ok();
-    let prefix = match Client::new(dir).exec_spec(cwd, Duration::from_secs(30)) {
-        Ok(ExecSpecReply::Argv { argv }) => argv,
+    let (prefix, runtime_env) = match Client::new(dir).exec_spec(cwd, Duration::from_secs(30)) {
+        Ok(ExecSpecReply::Argv { argv, env }) => (argv, env),
         Ok(ExecSpecReply::Error { error }) => return anyhow::anyhow!("{error}"),
         Err(e) => return e.into(),
     };
     let Some((program, rest)) = prefix.split_first() else { return anyhow::anyhow!("empty container command") };
-    let err = Command::new(program).args(rest).args(argv).env_remove(EXEC_ARGV0).env_remove(EXEC_JOB_DIR).exec();
+    let err = Command::new(program)
+        .args(rest)
+        .args(argv)
+        .env_remove(EXEC_ARGV0)
+        .env_remove(EXEC_JOB_DIR)
+        .envs(runtime_env)
+        .exec();
     anyhow::anyhow!("cannot run {program}: {err}")
 }

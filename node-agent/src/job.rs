@@ -146,7 +146,7 @@ pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
         workdir: "/home/u".into(),
         job_dir: PathBuf::from("/run/syndeo").join(&job),
         temp_dir: PathBuf::from("/tmp/syndeo").join(&job),
-        shm_dir: PathBuf::from("/dev/shm/syndeo").join(&job),
+        shm_dir: PathBuf::from("/run/syndeo-shm").join(&job),
         stderr: None,
         cgroup: Default::default(),
         restart_count: 0,
@@ -195,7 +195,7 @@ mod tests {
         let spec: JobSpec = serde_json::from_value(serde_json::json!({
             "job_id": 4294967295u32, "uid": 1, "gid": 1, "user": "u", "node": "n", "nodes": ["n"], "index": 0,
             "cpus": 1, "gpus": [], "image": null, "workdir": "/", "job_dir": "/run/syndeo/4294967295",
-            "temp_dir": "/tmp/syndeo/4294967295", "shm_dir": "/dev/shm/syndeo/4294967295", "config": Config::default()
+            "temp_dir": "/tmp/syndeo/4294967295", "shm_dir": "/run/syndeo-shm/4294967295", "config": Config::default()
         }))
         .unwrap();
         let ray = spec.ray_temp_dir();

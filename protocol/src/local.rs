@@ -87,8 +87,15 @@ pub struct StatusReply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ExecSpecReply {
-    Argv { argv: Vec<String> },
-    Error { error: String },
+    /// The container command, and variables for the runtime's own process.
+    Argv {
+        argv: Vec<String>,
+        #[serde(default)]
+        env: Vec<(String, String)>,
+    },
+    Error {
+        error: String,
+    },
 }
 
 /// A reply line: the version of the side that answered, and the answer.
@@ -157,7 +164,7 @@ mod tests {
     #[test]
     fn exec_spec_replies_are_a_command_or_an_error() {
         let a: Reply<ExecSpecReply> = serde_json::from_str(r#"{"v":1,"argv":["bwrap","--"]}"#).unwrap();
-        assert_eq!(a.body, ExecSpecReply::Argv { argv: vec!["bwrap".into(), "--".into()] });
+        assert_eq!(a.body, ExecSpecReply::Argv { argv: vec!["bwrap".into(), "--".into()], env: vec![] });
         let e: Reply<ExecSpecReply> = serde_json::from_str(r#"{"v":1,"error":"no image"}"#).unwrap();
         assert_eq!(e.body, ExecSpecReply::Error { error: "no image".into() });
     }

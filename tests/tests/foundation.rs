@@ -53,8 +53,8 @@ fn prolog_and_epilog_hooks_run_on_all_three_nodes_of_a_syndeo_job() {
     job.wait(Duration::from_secs(120));
     for n in nodes() {
         let log = slurmd_log(&n);
-        assert!(log.contains(&format!("syndeo: prolog for job {}", job.id)), "no prolog on {n}");
-        assert!(log.contains(&format!("syndeo: epilog for job {}", job.id)), "no epilog on {n}");
+        assert!(log.contains(&format!("syndeo: prolog for job {}:", job.id)), "no prolog on {n}");
+        assert!(log.contains(&format!("syndeo: epilog for job {}:", job.id)), "no epilog on {n}");
     }
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
@@ -69,7 +69,7 @@ fn job_without_syndeo_triggers_nothing() {
     assert_eq!(job.stdout().lines().last(), Some("0"), "syndeo variables leaked into a plain job: {}", job.output());
     for n in nodes() {
         let log = slurmd_log(&n);
-        assert!(!log.contains(&format!("syndeo: prolog for job {}", job.id)), "prolog ran on {n} for a plain job");
+        assert!(!log.contains(&format!("syndeo: prolog for job {}:", job.id)), "prolog ran on {n} for a plain job");
         assert!(!node_path_exists(&n, &format!("/run/syndeo/{}", job.id)));
     }
 }

@@ -16,7 +16,7 @@ const SCRIPT: &str = r#"#!/bin/bash
 echo READY $SYNDEO_NODES
 python3 -c 'import errno, os
 try:
-    os.close(os.open("/run/syndeo-minicluster/gpu/nvidia7", os.O_RDWR))
+    os.close(os.open("/dev/syndeo-gpu/nvidia7", os.O_RDWR))
     print("OTHER_GPU opened")
 except OSError as e:
     print("OTHER_GPU", errno.errorcode[e.errno])'
@@ -28,7 +28,7 @@ print("GPUS", int(ray.cluster_resources().get("GPU", 0)))
 @ray.remote(num_gpus=1)
 def where():
     import errno, os, socket
-    d = "/run/syndeo-minicluster/gpu"
+    d = "/dev/syndeo-gpu"
     seen = sorted(os.listdir(d)) if os.path.isdir(d) else []
     try:
         os.close(os.open(d + "/nvidia9", os.O_RDWR))

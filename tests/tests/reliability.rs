@@ -75,8 +75,13 @@ fn image_without_ray_fails_the_job_with_the_fix_and_drains_no_node() {
 fn missing_container_runtime_fails_the_job_naming_the_node_fault() {
     let image = image();
     let dir = workdir(USER_A, "noruntime");
+    // The running runtime's binary (runtime() is "bubblewrap" or "apptainer").
+    let (key, name) = match runtime().as_str() {
+        "apptainer" => ("apptainer", "apptainer"),
+        _ => ("bwrap", "bubblewrap"),
+    };
     let job = {
-        let _broken = ConfigOverride::set("bwrap", "\"/nonexistent/bwrap\"");
+        let _broken = ConfigOverride::set(key, &format!("\"/nonexistent/{key}\""));
         let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
         job.wait(Duration::from_secs(180));
         job
@@ -84,7 +89,9 @@ fn missing_container_runtime_fails_the_job_naming_the_node_fault() {
     let out = job.output();
     assert!(!out.contains("SCRIPT RAN"), "{out}");
     assert!(
-        out.contains("node fault: the container runtime bubblewrap (/nonexistent/bwrap) is not installed on this node"),
+        out.contains(&format!(
+            "node fault: the container runtime {name} (/nonexistent/{key}) is not installed on this node"
+        )),
         "{out}"
     );
     assert_clean(&job, USER_A);
@@ -206,7 +213,6 @@ srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n[
 
 const GCS_SERVER: &str = "/usr/local/lib/python3.11/dist-packages/ray/core/src/ray/gcs/gcs_server";
 /// syndeo's launcher script in the container, run by path from the job's temp dir.
-const LAUNCHER: &str = "python3 /tmp/syndeo/";
 const COUNT_ALIVE: &str =
     r#"import ray; ray.init(); print("ALIVE", len({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}))"#;
 
@@ -234,7 +240,7 @@ fn a_head_whose_ray_dies_before_ready_steps_down_and_the_next_node_heads_all_thr
     // The head's GCS is starting, so the cluster is not ready yet: end the
     // head's container (its launcher, by PID).
     wait_for_process(job.id, "node1", GCS_SERVER, Duration::from_secs(120));
-    let launcher = job_process(job.id, "node1", LAUNCHER).expect("the launcher on node1");
+    let launcher = launcher_pid(job.id, "node1").expect("the launcher on node1");
     run(&["kill", "-KILL", &launcher.to_string()]);
     assert_eq!(job.wait(Duration::from_secs(240)), "COMPLETED", "{}", job.output());
     let out = job.stdout();

@@ -50,7 +50,8 @@ print("LITTERED", ray.get([litter.options(**on).remote(temp, 30000, 1000000),
     let log = slurmd_log("node1");
     assert!(log.contains(&format!("syndeo: epilog for job {}: node clean in", job.id)), "the epilog did not say clean");
     assert!(
-        !log.lines().any(|l| l.contains(&format!("job {}", job.id)) && l.contains("not removed")),
+        !log.lines().any(|l| (l.contains("not removed: ") && l.contains(&format!("/{}/", job.id)))
+            || (l.contains(&format!("job {}:", job.id)) && l.contains("could not be removed"))),
         "the epilog named leftovers"
     );
     assert_clean(&job);

@@ -47,7 +47,7 @@ fn two_users_on_the_same_nodes_share_nothing_and_cannot_reach_each_other() {
     let script_b = format!(
         r#"#!/bin/bash
 echo "ADDR=$RAY_ADDRESS"
-for p in /run/syndeo/{id} /run/syndeo/{id}/ray_token /run/syndeo/{id}/agent.sock /tmp/syndeo/{id} /dev/shm/syndeo/{id}; do
+for p in /run/syndeo/{id} /run/syndeo/{id}/ray_token /run/syndeo/{id}/agent.sock /tmp/syndeo/{id} /run/syndeo-shm/{id}; do
     if cat "$p" >/dev/null 2>&1 || ls "$p" >/dev/null 2>&1; then echo "READABLE $p"; else echo "DENIED $p"; fi
 done
 srun --syndeo -N1 -n1 timeout 150 python3 intruder.py {addr_a}
@@ -107,9 +107,11 @@ srun --syndeo -N1 -n1 timeout 150 python3 intruder.py {addr_a}
 #[ignore = "needs the minicluster (tests/run)"]
 fn image_that_root_can_read_but_the_user_cannot_is_refused() {
     let image = image();
+    // Made where the nodes see it: inside the release's root, if it has one.
     let private = "/var/lib/syndeo-test-private";
-    run(&["install", "-d", "-m", "0700", "-o", "root", private]);
-    run(&["ln", "-sfn", &image, &format!("{private}/ray")]);
+    let on_nodes = format!("{}{private}", root_prefix());
+    run(&["install", "-d", "-m", "0700", "-o", "root", &on_nodes]);
+    run(&["ln", "-sfn", &image, &format!("{on_nodes}/ray")]);
     let dir = workdir(USER_A, "private-image");
     let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={private}/ray")], "#!/bin/sh\necho SCRIPT RAN\n");
     let state = job.wait(Duration::from_secs(120));

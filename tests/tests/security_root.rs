@@ -173,10 +173,11 @@ fn the_jobs_user_cannot_stop_or_kill_the_root_side_from_another_job() {
 }
 
 /// Before any syndeo job, another user keeps planting links where root makes
-/// its temp and shared-memory bases (and files under names root might set
-/// aside there), in a tight loop, while a syndeo job starts on that node.
-/// root never follows them and the prolog never fails: the job runs, the
-/// bases are root's, and no node is drained.
+/// its temp base (and files under names root might set aside there), in a
+/// tight loop, while a syndeo job starts on that node, and tries the same
+/// under the shared-memory base. root never follows them and the prolog never
+/// fails: the job runs, the bases are root's, nothing lands under the
+/// shared-memory base, and no node is drained.
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn squatting_the_temp_and_shm_bases_in_a_loop_cannot_make_a_prolog_fail() {
@@ -184,7 +185,7 @@ fn squatting_the_temp_and_shm_bases_in_a_loop_cannot_make_a_prolog_fail() {
     let trap = format!("/home/{USER_B}/trap");
     let _ = std::fs::remove_dir_all(&trap);
     run(&["install", "-d", "-o", USER_B, "-g", USER_B, &trap]);
-    in_node("node1", &["rm", "-rf", "/tmp/syndeo", "/dev/shm/syndeo"]);
+    in_node("node1", &["rm", "-rf", "/tmp/syndeo"]);
     let dir_b = workdir(USER_B, "base-squatter");
     attack_script(USER_B, &dir_b, "base_squatter.py");
     let b = sbatch(
@@ -207,13 +208,14 @@ fn squatting_the_temp_and_shm_bases_in_a_loop_cannot_make_a_prolog_fail() {
     b.wait(Duration::from_secs(120));
     assert!(job.stdout().contains("CLUSTER=10.213.7."), "{}", job.output());
     assert!(b.lines("PLANTED ").first().is_some_and(|n| n != "0"), "the squatter planted nothing: {}", b.output());
+    assert_eq!(b.lines("PLANTED_SHM ").first().map(String::as_str), Some("0"), "{}", b.output());
     let planted: Vec<_> = std::fs::read_dir(&trap).unwrap().flatten().map(|e| e.path()).collect();
     assert!(planted.is_empty(), "root wrote through B's link: {planted:?}");
-    for base in ["/tmp/syndeo", "/dev/shm/syndeo"] {
+    for base in ["/tmp/syndeo", "/run/syndeo-shm"] {
         assert_eq!(text(&in_node("node1", &["stat", "-c", "%U %F", base])).trim(), "root directory", "{base}");
     }
     assert!(drained_nodes().is_empty(), "a user's links drained a node: {:?}", drained_nodes());
-    in_node("node1", &["sh", "-c", "rm -rf /tmp/syndeo.* /dev/shm/syndeo.*"]);
+    in_node("node1", &["sh", "-c", "rm -rf /tmp/syndeo.*"]);
 }
 
 /// A site key that others can read is refused with a message that says so

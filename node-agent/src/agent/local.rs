@@ -111,14 +111,16 @@ fn exec_spec(shared: &Shared, cwd: Option<PathBuf>) -> ExecSpecReply {
             clean_env: false,
             workdir: cwd,
             home: None,
+            runtime_state: Some(spec.temp_dir.clone()),
             gpu_ids: spec.gpus.clone(),
             gpu_devices: spec.gpu_devices.clone(),
             own_pid_namespace: false,
         };
-        shared.runtime.command(&cs, &[]).map_err(|f| f.to_string())
+        let env = shared.runtime.process_env(&cs);
+        shared.runtime.command(&cs, &[]).map(|argv| (argv, env)).map_err(|f| f.to_string())
     });
     match result {
-        Ok(argv) => ExecSpecReply::Argv { argv },
+        Ok((argv, env)) => ExecSpecReply::Argv { argv, env },
         Err(error) => ExecSpecReply::Error { error },
     }
 }

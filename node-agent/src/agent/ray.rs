@@ -156,6 +156,7 @@ pub fn ray_container(spec: &JobSpec, image: &Path, ports: &NodePorts) -> Contain
         clean_env: true,
         workdir: spec.workdir.clone(),
         home: Some(spec.temp_dir.clone()),
+        runtime_state: Some(spec.temp_dir.clone()),
         gpu_ids: spec.gpus.clone(),
         gpu_devices: spec.gpu_devices.clone(),
         own_pid_namespace: true,

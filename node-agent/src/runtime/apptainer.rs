@@ -6,8 +6,10 @@
 //!   directories, the site's extra binds, the allocated GPUs' devices);
 //! - Ray's container: `--cleanenv`, its own PID namespace (`--pid`), and the
 //!   job's temp dir as its home (`--home`): Ray's token file and caches never
-//!   land in the user's real home; Apptainer's own cache and configuration
-//!   go there too (`APPTAINER_CACHEDIR`, `APPTAINER_CONFIGDIR`).
+//!   land in the user's real home;
+//! - every container: Apptainer's own cache and configuration go to the
+//!   job's temp dir (`APPTAINER_CACHEDIR`, `APPTAINER_CONFIGDIR`), never to
+//!   `$HOME/.apptainer`, so a job leaves nothing there.
 //! - GPUs: exactly the allocated ones. Apptainer's `--nv` binds every
 //!   /dev/nvidia* of the node, so it is used only with `--nvccli`, where
 //!   `NVIDIA_VISIBLE_DEVICES` limits the devices (and nvidia-container-cli
@@ -88,10 +90,10 @@ impl ContainerRuntime for Apptainer {
     }
 
     fn process_env(&self, spec: &ContainerSpec) -> Vec<(String, String)> {
-        let Some(home) = &spec.home else { return vec![] };
+        let Some(dir) = &spec.runtime_state else { return vec![] };
         vec![
-            ("APPTAINER_CACHEDIR".into(), home.join(".apptainer/cache").to_string_lossy().into_owned()),
-            ("APPTAINER_CONFIGDIR".into(), home.join(".apptainer").to_string_lossy().into_owned()),
+            ("APPTAINER_CACHEDIR".into(), dir.join(".apptainer/cache").to_string_lossy().into_owned()),
+            ("APPTAINER_CONFIGDIR".into(), dir.join(".apptainer").to_string_lossy().into_owned()),
         ]
     }
 }
@@ -132,6 +134,7 @@ mod tests {
             clean_env: true,
             workdir: "/home/u".into(),
             home: Some("/tmp/syndeo/9".into()),
+            runtime_state: Some("/tmp/syndeo/9".into()),
             gpu_ids: vec![],
             gpu_devices: vec![],
             own_pid_namespace: true,

@@ -114,6 +114,7 @@ mod tests {
             clean_env: true,
             workdir: "/home/u".into(),
             home: None,
+            runtime_state: None,
             gpu_ids: vec![],
             gpu_devices: vec![],
             own_pid_namespace: true,

@@ -64,6 +64,10 @@ pub struct ContainerSpec {
     pub workdir: PathBuf,
     /// The container's home (Ray's: the job's temp dir); None: the runtime's default.
     pub home: Option<PathBuf>,
+    /// Where the runtime keeps its own configuration and cache (the job's
+    /// temp dir, removed at job end); None: the runtime's default (the
+    /// user's home).
+    pub runtime_state: Option<PathBuf>,
     /// The GPUs allocated on this node: Slurm's indices, and their device files.
     pub gpu_ids: Vec<String>,
     pub gpu_devices: Vec<PathBuf>,
