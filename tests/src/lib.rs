@@ -235,7 +235,7 @@ fn leftovers_now(job: u32, user: &str) -> Vec<String> {
             format!("/run/syndeo/{job}"),
             format!("/run/syndeo/.jobs/{job}"),
             format!("/tmp/syndeo/{job}"),
-            format!("/dev/shm/syndeo/{job}"),
+            format!("/run/syndeo-shm/{job}"),
         ] {
             if node_path_exists(&n, &path) {
                 found.push(format!("{n}: {path}"));
@@ -357,19 +357,34 @@ pub fn user_ids(user: &str) -> (u32, Vec<u32>) {
     (uid, groups)
 }
 
-/// The test image with Ray's default extras (the dashboard and the Ray
-/// client server): `tests/image/build --default`, a hard-linked copy cached
-/// beside the image.
-pub fn image_with_ray_default() -> String {
-    let o = run(&[repo().join("tests/image/build").to_str().unwrap(), "--default"]);
-    assert!(o.status.success(), "building the image with ray[default] failed: {}", text(&o));
+/// A test image directory, built and cached by `tests/image/build ARGS`
+/// (a directory serves both runtimes: Apptainer runs it as a sandbox).
+pub fn built_image(args: &[&str]) -> String {
+    let mut argv = vec![repo().join("tests/image/build").to_str().unwrap().to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let o = run(&argv);
+    assert!(o.status.success(), "tests/image/build {args:?} failed: {}", text(&o));
     String::from_utf8_lossy(&o.stdout).lines().last().expect("image path").trim().to_string()
 }
 
+/// The test image with Ray's default extras (the dashboard and the Ray
+/// client server).
+pub fn image_with_ray_default() -> String {
+    built_image(&["--default"])
+}
+
+/// An image of Ray `version` on Debian `suite` (bookworm: Python 3.11,
+/// trixie: Python 3.13).
+pub fn image_of_ray(version: &str, suite: &str) -> String {
+    built_image(&["--ray", version, "--suite", suite])
+}
+
 /// The test image without Ray: a hard-linked copy (`cp -al`, no data copied)
-/// with Ray's command and package removed; cached beside the image.
+/// of the image directory with Ray's command and package removed; cached
+/// beside it.
 pub fn image_without_ray() -> String {
-    let image = image();
+    let image = built_image(&[]);
     let noray = format!("{image}-noray");
     if !Path::new(&format!("{noray}/.complete")).exists() {
         let _ = std::fs::remove_dir_all(&noray);
@@ -425,9 +440,24 @@ pub fn slurmd_pid(node: &str) -> i32 {
 
 /// A process of `job`'s cluster on `node` whose command line starts with `prefix`.
 pub fn job_process(job: u32, node: &str, prefix: &str) -> Option<i32> {
+    job_process_where(job, node, |cmd| cmd.starts_with(prefix))
+}
+
+/// A process of `job` on `node` whose command line satisfies `pred`.
+pub fn job_process_where(job: u32, node: &str, pred: impl Fn(&str) -> bool) -> Option<i32> {
     let uts = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/uts")).ok();
     let node_uts = uts(slurmd_pid(node));
-    marked_processes(job).into_iter().find(|&p| proc_cmdline(p).starts_with(prefix) && uts(p) == node_uts)
+    marked_processes(job).into_iter().find(|&p| pred(&proc_cmdline(p)) && uts(p) == node_uts)
+}
+
+/// The job's launcher on `node` (`python3 <temp dir>/launcher.py`; the
+/// runtime may name python3 by its full path).
+pub fn launcher_pid(job: u32, node: &str) -> Option<i32> {
+    job_process_where(job, node, |cmd| {
+        let mut words = cmd.split_whitespace();
+        words.next().is_some_and(|p| p.ends_with("python3"))
+            && words.next().is_some_and(|s| s.ends_with("/launcher.py"))
+    })
 }
 
 /// The PID of the node agent of `job` on `node`.
