@@ -73,6 +73,10 @@ pub struct Config {
     pub logs_max_mb: u64,
     /// Times a node's agent restarts its Ray after it died while the job ran.
     pub ray_restarts: u32,
+    /// Run images whose Ray predates token authentication (before 2.52):
+    /// anyone who can reach the nodes can then join such a cluster and run
+    /// code as its user. Off: those jobs fail, naming the versions.
+    pub allow_unauthenticated_ray: bool,
 }
 
 impl Default for Config {
@@ -100,6 +104,7 @@ impl Default for Config {
             keep_logs: true,
             logs_max_mb: 200,
             ray_restarts: 3,
+            allow_unauthenticated_ray: false,
         }
     }
 }

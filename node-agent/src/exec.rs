@@ -41,12 +41,36 @@ pub fn exec_in_image(dir: &JobDir, argv: &[OsString]) -> anyhow::Error {
         Err(e) => return e.into(),
     };
     let Some((program, rest)) = prefix.split_first() else { return anyhow::anyhow!("empty container command") };
-    let err = Command::new(program)
-        .args(rest)
-        .args(argv)
-        .env_remove(EXEC_ARGV0)
-        .env_remove(EXEC_JOB_DIR)
-        .envs(runtime_env)
-        .exec();
+    let mut cmd = Command::new(program);
+    cmd.args(rest).args(argv).env_remove(EXEC_ARGV0).env_remove(EXEC_JOB_DIR).envs(runtime_env);
+    // The driver hook is for drivers on the host; the image has the cluster's Ray.
+    match without_hook(std::env::var_os("PYTHONPATH"), &dir.python_hook()) {
+        Some(p) => cmd.env("PYTHONPATH", p),
+        None => cmd.env_remove("PYTHONPATH"),
+    };
+    let err = cmd.exec();
     anyhow::anyhow!("cannot run {program}: {err}")
+}
+
+/// PYTHONPATH without syndeo's driver hook directory; None if nothing is left.
+fn without_hook(pythonpath: Option<OsString>, hook: &std::path::Path) -> Option<OsString> {
+    let p = pythonpath?;
+    let kept: Vec<_> = std::env::split_paths(&p).filter(|d| d != hook).collect();
+    if kept.is_empty() {
+        return None;
+    }
+    std::env::join_paths(kept).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_driver_hook_leaves_pythonpath_and_the_users_own_paths_stay() {
+        let hook = std::path::Path::new("/run/syndeo/7/python");
+        assert_eq!(without_hook(Some("/run/syndeo/7/python".into()), hook), None);
+        assert_eq!(without_hook(Some("/run/syndeo/7/python:/home/u/lib".into()), hook), Some("/home/u/lib".into()));
+        assert_eq!(without_hook(None, hook), None);
+    }
 }

@@ -53,6 +53,13 @@ impl JobDir {
     pub fn ray_token(&self) -> PathBuf {
         self.0.join("ray_token")
     }
+
+    /// First on the job steps' PYTHONPATH: syndeo's `sitecustomize.py`,
+    /// which warns a host driver whose Ray differs from the cluster's, and
+    /// `syndeo_cluster.json`, the cluster's Ray and Python versions.
+    pub fn python_hook(&self) -> PathBuf {
+        self.0.join("python")
+    }
 }
 
 #[cfg(test)]

@@ -81,6 +81,9 @@ pub struct StatusReply {
     pub ready_nodes: Vec<String>,
     pub dashboard_url: String,
     pub runtime: String,
+    /// The image's Ray and Python on this node, once its Ray loaded.
+    pub ray_version: String,
+    pub python_version: String,
 }
 
 /// The answer to [`Op::ExecSpec`].

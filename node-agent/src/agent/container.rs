@@ -12,11 +12,12 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use super::launcher::{parse_event, Event, Launched, Launcher, RayNode, SlurmJob};
+use super::launcher::{parse_event, parse_ready, Event, Launched, Launcher, RayNode, SlurmJob};
 use super::ray::{self, NodePorts};
+use super::ray_version::ImageRay;
 use crate::fault::Fault;
 use crate::job::JobSpec;
 use crate::runtime::{self, Bind, ContainerRuntime};
@@ -77,6 +78,9 @@ fn write_launcher(spec: &JobSpec) -> Result<PathBuf, Fault> {
 pub struct RayProcess {
     child: Child,
     stdin: Option<ChildStdin>,
+    /// The launcher's report of the image's Ray: None until it comes,
+    /// Some(None) if the container ended first.
+    facts: watch::Receiver<Option<Option<ImageRay>>>,
 }
 
 impl RayProcess {
@@ -103,21 +107,38 @@ impl RayProcess {
         let stdout = child.stdout.take().expect("piped");
         let stdin = child.stdin.take();
         let (tx, rx) = mpsc::channel(16);
+        let (facts_tx, facts) = watch::channel(None);
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(ev) = parse_event(&line) {
-                    info!(?ev, "launcher");
+                    if ev == Event::LauncherReady {
+                        let found = parse_ready(&line).unwrap_or_else(ImageRay::unreadable);
+                        info!(ray = %found.ray, python = %found.python, "launcher: the image's Ray loaded");
+                        facts_tx.send_replace(Some(Some(found)));
+                    } else {
+                        info!(?ev, "launcher");
+                    }
                     let _ = tx.send(ev).await;
                 }
             }
+            // Ended before Ray loaded: say so to whoever waits (once).
+            facts_tx.send_if_modified(|f| f.is_none() && f.insert(None).is_none());
             let _ = tx.send(Event::Exited).await;
         });
-        Ok((RayProcess { child, stdin }, rx))
+        Ok((RayProcess { child, stdin, facts }, rx))
     }
 }
 
 impl RayNode for RayProcess {
+    fn loaded(&mut self) -> BoxFuture<'_, Option<ImageRay>> {
+        async move {
+            let got = self.facts.wait_for(Option::is_some).await.ok()?;
+            got.clone().flatten()
+        }
+        .boxed()
+    }
+
     /// Hands the launcher the `ray start` arguments and the auth token.
     fn start<'a>(&'a mut self, args: &'a [String], token: &'a str) -> BoxFuture<'a, Result<(), String>> {
         async move {

@@ -4,7 +4,9 @@ agent writes it into the job's temp dir and runs it by path.
 
 Protocol with the node agent (lines on stdout; Ray's own output goes to stderr,
 which is the node's ray.log):
-  SYNDEO_LAUNCHER_READY          Ray is importable; waiting for `ray start` arguments
+  SYNDEO_LAUNCHER_READY <json>   Ray is importable; waiting for `ray start` arguments.
+                                 The JSON says what the image has: {"ray": version,
+                                 "python": version, "flags": [ray start's long options]}
   SYNDEO_RAY_STARTED             `ray start` returned: this node joined the cluster
   SYNDEO_RAY_FAILED <message>    Ray could not start; the message says why
   SYNDEO_RAY_DIED                this node's raylet ended while the job ran
@@ -100,6 +102,20 @@ def load_ray():
     return cli
 
 
+def image_facts(cli):
+    """The image's Ray and Python versions and `ray start`'s options: the
+    agent fits its arguments to them (ray_version.rs)."""
+    import platform
+    import ray
+    flags = None
+    try:
+        start = cli.get_command(None, "start")
+        flags = sorted({o for p in start.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")})
+    except Exception:
+        pass
+    return {"ray": getattr(ray, "__version__", "unknown"), "python": platform.python_version(), "flags": flags}
+
+
 def client_port_if_supported(args):
     """Whenever the image has the Ray client's dependencies (grpc), `ray start
     --head` runs the client server, on port 10001 unless told: every job on
@@ -176,7 +192,7 @@ def main():
     PROTO = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     cli = load_ray()
-    say("SYNDEO_LAUNCHER_READY")
+    say("SYNDEO_LAUNCHER_READY", json.dumps(image_facts(cli)))
     line = sys.stdin.readline()
     if not line:
         sys.exit(0)

@@ -11,6 +11,7 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 
 use super::ray::NodePorts;
+use super::ray_version::ImageRay;
 use crate::fault::Fault;
 use crate::job::JobSpec;
 use crate::runtime::ContainerRuntime;
@@ -30,9 +31,13 @@ pub enum Event {
     Exited,
 }
 
-/// This node's Ray, once launched: it takes the `ray start` arguments once,
-/// and stops (gracefully, then by force after `grace`).
+/// This node's Ray, once launched: it says what the image's Ray is once it
+/// loaded, takes the `ray start` arguments once, and stops (gracefully, then
+/// by force after `grace`).
 pub trait RayNode: Send {
+    /// What the image's Ray is, once the launcher loaded it; None if the
+    /// container ended first (its events tell why).
+    fn loaded(&mut self) -> BoxFuture<'_, Option<ImageRay>>;
     fn start<'a>(&'a mut self, args: &'a [String], token: &'a str) -> BoxFuture<'a, Result<(), String>>;
     fn stop(self: Box<Self>, grace: Duration) -> BoxFuture<'static, ()>;
 }
@@ -73,6 +78,10 @@ pub struct NoopLauncher;
 struct NoopRay(mpsc::Sender<Event>);
 
 impl RayNode for NoopRay {
+    fn loaded(&mut self) -> BoxFuture<'_, Option<ImageRay>> {
+        async { Some(ImageRay::stand_in()) }.boxed()
+    }
+
     fn start<'a>(&'a mut self, _: &'a [String], _: &'a str) -> BoxFuture<'a, Result<(), String>> {
         async move { self.0.send(Event::Started).await.map_err(|_| "the no-op launcher is gone".to_string()) }.boxed()
     }
@@ -107,9 +116,25 @@ pub fn parse_event(line: &str) -> Option<Event> {
     }
 }
 
+/// The image's Ray as the launcher's ready line reports it.
+pub fn parse_ready(line: &str) -> Option<ImageRay> {
+    let json = line.trim().strip_prefix("SYNDEO_LAUNCHER_READY")?.trim();
+    serde_json::from_str(json).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ready_line_carries_the_images_ray_python_and_flags() {
+        let line = r#"SYNDEO_LAUNCHER_READY {"ray": "2.40.0", "python": "3.11.2", "flags": ["--port", "--head"]}"#;
+        assert_eq!(parse_event(line), Some(Event::LauncherReady));
+        let found = parse_ready(line).unwrap();
+        assert_eq!((found.ray.as_str(), found.python.as_str()), ("2.40.0", "3.11.2"));
+        assert!(found.flags.unwrap().contains("--port"));
+        assert_eq!(parse_ready("SYNDEO_LAUNCHER_READY"), None);
+    }
 
     #[test]
     fn launcher_lines_parse_and_other_output_is_ignored() {

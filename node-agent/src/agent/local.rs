@@ -80,6 +80,7 @@ async fn wait(shared: &Shared, timeout: Duration) -> WaitReply {
 
 fn status(shared: &Shared) -> StatusReply {
     let v = shared.view.borrow().clone();
+    let image_ray = shared.image_ray.lock().ok().and_then(|r| r.clone());
     let (state, detail) = match &*shared.node_state.borrow() {
         NodeState::Ready => ("ready", String::new()),
         NodeState::Starting(d) => ("starting", d.clone()),
@@ -97,6 +98,8 @@ fn status(shared: &Shared) -> StatusReply {
         ready_nodes: shared.ready_nodes(),
         dashboard_url: v.dashboard_url,
         runtime: shared.runtime.name().into(),
+        ray_version: image_ray.as_ref().map(|r| r.ray.clone()).unwrap_or_default(),
+        python_version: image_ray.map(|r| r.python).unwrap_or_default(),
     }
 }
 

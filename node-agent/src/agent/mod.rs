@@ -9,6 +9,7 @@
 //! seam: `container` in production) and `view` (the cluster view). `mesh`
 //! and `local` serve RPCs from `state` and `view`, never from the roles.
 mod container;
+mod driver_hook;
 mod election;
 mod head;
 pub mod launcher;
@@ -18,6 +19,7 @@ mod mesh;
 mod node_ray;
 mod part;
 pub mod ray;
+pub mod ray_version;
 pub mod simulate;
 mod state;
 mod view;
@@ -54,6 +56,9 @@ pub fn serve(image: Option<PathBuf>, restart: Option<(u32, String)>) -> Result<(
         .with_ansi(false)
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SYNDEO_LOG").unwrap_or_else(|_| "info".into()))
         .init();
+    if let Err(e) = driver_hook::install(&spec) {
+        tracing::warn!("{e}");
+    }
     let mut shared = Shared::new(spec, &state.secret, Arc::new(ContainerLauncher))?;
     shared.restart = restart;
     *shared.mesh_socket.lock().expect("not poisoned") = mesh_socket;

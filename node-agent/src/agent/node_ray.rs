@@ -7,9 +7,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::warn;
 
+use std::sync::atomic::Ordering;
+
 use super::launcher::{Event, Launched};
-use super::ray;
-use super::state::Shared;
+use super::state::{Role, Shared};
+use super::{driver_hook, ray, ray_version};
 use crate::fault::Fault;
 
 /// Launches this node's Ray container (checks first); it loads Ray and
@@ -73,6 +75,9 @@ pub async fn started(shared: &Shared, events: &mut mpsc::Receiver<Event>, what: 
 
 /// Starts this node's Ray with the cluster's token, which is also written to
 /// `ray_token` (0600, in the user's 0700 job dir) for the user's own tools.
+/// First the image's Ray must have loaded and pass `ray_version::check`; the
+/// arguments are fitted to its `ray start`. A container that ended before
+/// Ray loaded gets nothing: its events say why (`started`).
 pub async fn start_ray(shared: &Shared, args: &[String]) -> Result<(), Fault> {
     let token = shared.view.borrow().ray_token.clone();
     if token.is_empty() {
@@ -82,7 +87,23 @@ pub async fn start_ray(shared: &Shared, args: &[String]) -> Result<(), Fault> {
     write_private(&path, &token).map_err(|e| Fault::node(format!("writing the Ray token {}: {e}", path.display())))?;
     let mut ray = shared.ray.lock().await;
     let node = ray.as_mut().ok_or_else(|| Fault::node("the Ray container is gone"))?;
-    node.start(args, &token)
+    let Some(found) = node.loaded().await else { return Ok(()) };
+    let image = image_of(shared);
+    let policy = ray_version::Policy { allow_unauthenticated: shared.spec.config.allow_unauthenticated_ray };
+    let warning = ray_version::check(&found, policy, &image)?;
+    if let Some(w) = warning {
+        if *shared.role.borrow() == Role::Head && !shared.open_cluster_told.swap(true, Ordering::Relaxed) {
+            job_notice(shared, &w);
+        }
+    }
+    let args = ray_version::fit_args(args, &found, &image)?;
+    if let Err(e) = driver_hook::record(&shared.spec, &found) {
+        warn!("{e}");
+    }
+    if let Ok(mut r) = shared.image_ray.lock() {
+        *r = Some(found.clone());
+    }
+    node.start(&args, &token)
         .await
         .map_err(|e| Fault::node(format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node)))
 }

@@ -121,7 +121,13 @@ mod tests {
         fail: bool,
     }
 
+    use crate::agent::ray_version::ImageRay;
+
     impl RayNode for ScriptedRay {
+        fn loaded(&mut self) -> BoxFuture<'_, Option<ImageRay>> {
+            async { Some(ImageRay::stand_in()) }.boxed()
+        }
+
         fn start<'a>(&'a mut self, _: &'a [String], _: &'a str) -> BoxFuture<'a, Result<(), String>> {
             let ev = if self.fail { Event::Failed("ray start failed (simulated)".into()) } else { Event::Started };
             async move { self.tx.send(ev).await.map_err(|e| e.to_string()) }.boxed()

@@ -71,6 +71,10 @@ pub struct Shared {
     /// ended: it rejoins as a worker, and says so once in the job's stderr.
     pub restart: Option<(u32, String)>,
     restart_told: AtomicBool,
+    /// The job was told its cluster has no authentication (old Ray), once.
+    pub open_cluster_told: AtomicBool,
+    /// What the image's Ray is on this node, once it loaded.
+    pub image_ray: std::sync::Mutex<Option<super::ray_version::ImageRay>>,
 }
 
 impl Shared {
@@ -90,6 +94,8 @@ impl Shared {
             joined: AtomicBool::new(false),
             restart: None,
             restart_told: AtomicBool::new(false),
+            open_cluster_told: AtomicBool::new(false),
+            image_ray: std::sync::Mutex::new(None),
             node_set: OnceLock::new(),
             spec,
         })
@@ -164,6 +170,8 @@ impl Shared {
         if !v.dashboard_url.is_empty() {
             env.insert("SYNDEO_DASHBOARD_URL".into(), v.dashboard_url.clone());
         }
+        // The plugin puts it before the step's own PYTHONPATH (driver_hook.rs).
+        env.insert("PYTHONPATH".into(), s.dir().python_hook().display().to_string());
         env
     }
 }
