@@ -4,7 +4,8 @@ import ray
 
 ray.init()  # RAY_ADDRESS (and the cluster's auth token) come from syndeo
 
-@ray.remote
+# SPREAD: one task per node in turn, so that every node works.
+@ray.remote(scheduling_strategy="SPREAD")
 def sample(n):
     inside = sum(1 for _ in range(n) if random.random() ** 2 + random.random() ** 2 <= 1.0)
     return inside, socket.gethostname()

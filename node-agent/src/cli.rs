@@ -33,8 +33,18 @@ pub enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         cmd: Vec<OsString>,
     },
-    /// Inside a job: this node's agent and Ray logs, or NODE's
-    Logs { node: Option<String> },
+    /// Inside a job: `export` lines for the cluster's variables: eval "$(syndeo env)"
+    Env {
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// This node's agent and Ray logs in a job, or NODE's; --job N: a finished job's
+    Logs {
+        node: Option<String>,
+        /// A finished job's logs, kept in its work directory (syndeo-N/)
+        #[arg(long)]
+        job: Option<u32>,
+    },
     /// (root, from the SPANK prolog) set up this node for a job and start its agent
     Prolog(PrologArgs),
     /// (root, from the SPANK epilog) stop the job's cluster on this node and remove all of it

@@ -18,11 +18,23 @@ pub const JOB_MARKER: &str = "SYNDEO_JOB_ID";
 /// Names under which Slurm carries the `--syndeo` option in a job's
 /// environment; a batch script that kept them would pass `--syndeo` to every
 /// `srun` in it.
-pub const OPTION_VARS: &[&str] = &[
-    "SLURM_SPANK__SLURM_SPANK_OPTION_syndeo_syndeo",
-    "SPANK__SLURM_SPANK_OPTION_syndeo_syndeo",
-    "_SLURM_SPANK_OPTION_syndeo_syndeo",
-];
+pub const OPTION_VARS: &[&str] =
+    &["SLURM_SPANK__SLURM_SPANK_OPTION_syndeo_syndeo", "SPANK__SLURM_SPANK_OPTION_syndeo_syndeo", OPTION_RECORD];
+
+/// Set (to anything) in a step's environment: the step starts without
+/// waiting for the cluster (syndeo's own `status`/`logs` steps, which
+/// report on a cluster that may still be starting).
+pub const NO_WAIT: &str = "SYNDEO_NO_WAIT";
+
+/// Slurm's own record of the option in a job's SPANK environment (the last
+/// of [`OPTION_VARS`]).
+pub const OPTION_RECORD: &str = "_SLURM_SPANK_OPTION_syndeo_syndeo";
+
+/// sbatch and salloc record `--syndeo` in the job's SPANK environment under
+/// this name instead of Slurm's own: the image, or "-" for the site's
+/// default image. Slurm's record would also reach the salloc shell, and
+/// every plain `srun` there would then run in the image.
+pub const REQUEST_RECORD: &str = "SYNDEO_REQUEST";
 
 /// At submit, the plugin records in the job's SPANK environment the
 /// submitter's resource limits (`NAME=SOFT:HARD,...`, Slurm's names, "unlimited"
@@ -51,6 +63,7 @@ pub const JOB_SCRIPT_ENV: &[&str] = &[
     "SLURM_JOB_STDERR",
     "SLURM_CONF",
     "SPANK_SYNDEO_RLIMITS",
+    "SPANK_SYNDEO_REQUEST",
     "SPANK_SYNDEO_UMASK",
 ];
 
@@ -60,7 +73,7 @@ mod tests {
 
     #[test]
     fn the_submit_records_reach_the_root_side_under_slurms_spank_prefix() {
-        for record in [RLIMITS_RECORD, UMASK_RECORD] {
+        for record in [RLIMITS_RECORD, UMASK_RECORD, REQUEST_RECORD] {
             assert!(JOB_SCRIPT_ENV.contains(&format!("SPANK_{record}").as_str()), "{record}");
         }
     }

@@ -285,6 +285,14 @@ impl Spank {
         check("spank_job_control_setenv", rc)
     }
 
+    /// At submit: removes a variable of the job's SPANK environment.
+    pub fn job_control_unsetenv(&self, name: &str) -> Result<(), SpankError> {
+        let n = to_cstring(name);
+        // SAFETY: a valid C string.
+        let rc = unsafe { sys::spank_job_control_unsetenv(self.sp, n.as_ptr()) };
+        check("spank_job_control_unsetenv", rc)
+    }
+
     /// Sets a variable in the job's (or task's) environment.
     pub fn setenv(&self, name: &str, value: &str) -> Result<(), SpankError> {
         let (n, v) = (to_cstring(name), to_cstring(value));

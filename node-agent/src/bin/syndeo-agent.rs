@@ -25,7 +25,8 @@ fn main() -> ExitCode {
         Cmd::Status { json } => user_cli::status(json),
         Cmd::Wait { timeout } => user_cli::wait(timeout),
         Cmd::Exec { cmd } => user_cli::exec(&cmd),
-        Cmd::Logs { node } => user_cli::logs(node.as_deref()),
+        Cmd::Env { timeout } => user_cli::env(timeout),
+        Cmd::Logs { node, job } => user_cli::logs(node.as_deref(), job),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

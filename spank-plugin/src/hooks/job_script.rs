@@ -17,7 +17,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use syndeo_protocol::env::JOB_SCRIPT_ENV;
+use syndeo_protocol::env::{JOB_SCRIPT_ENV, REQUEST_RECORD};
 use syndeo_protocol::exit;
 
 use crate::child::{self, RunError};
@@ -35,7 +35,7 @@ pub fn prolog(sp: &Spank) -> HookResult {
     if sp.context() != Context::JobScript {
         return Ok(());
     }
-    let Some(image) = sp.option_value() else {
+    let Some(image) = requested(sp) else {
         return Ok(()); // not a syndeo job
     };
     let cfg = config(sp)?;
@@ -54,6 +54,20 @@ pub fn prolog(sp: &Spank) -> HookResult {
         Launch::ExternStep => Ok(()),
         Launch::PrologAdopted => start_agent(&cfg, job, uid, true),
         Launch::Prolog => start_agent(&cfg, job, uid, false),
+    }
+}
+
+/// Whether the job asked for a cluster, and with which image (None inside:
+/// the site's default): Slurm's record of the option (jobs made by `srun
+/// --syndeo`), or syndeo's own (sbatch, salloc; see `REQUEST_RECORD`).
+fn requested(sp: &Spank) -> Option<Option<String>> {
+    if let Some(v) = sp.option_value() {
+        return Some(v);
+    }
+    match std::env::var(format!("SPANK_{REQUEST_RECORD}")).ok()?.as_str() {
+        "" => None,
+        "-" => Some(None),
+        image => Some(Some(image.to_string())),
     }
 }
 
@@ -139,7 +153,7 @@ pub fn epilog(sp: &Spank) -> HookResult {
     let (job, uid) = (sp.job_id()?, sp.uid()?);
     // The option is the usual sign; the job directory catches a job whose
     // option did not reach the epilog, so nothing of it is ever left behind.
-    if sp.option_value().is_none() && !cfg.job_dir(job).path().exists() {
+    if requested(sp).is_none() && !cfg.job_dir(job).path().exists() {
         return Ok(());
     }
     log_info(&format!("syndeo: epilog for job {job}: stopping the cluster and cleaning up"));

@@ -31,10 +31,19 @@ pub fn user_init(sp: &Spank) -> HookResult {
             let _ = sp.unsetenv(name);
         }
     }
+    if sp.getenv(env::NO_WAIT)?.is_some() {
+        // syndeo's own status/logs step: it reports on the cluster as it is.
+        return Ok(sp.setenv(env::JOB_DIR, &dir.path().to_string_lossy())?);
+    }
     log_verbose(&format!("syndeo: job {job} step {step:#x}: waiting for the Ray cluster"));
     let failure = match wait_ready(&dir, cfg.wait_timeout) {
         Ok(WaitReply::Ready { env }) => {
             for (k, v) in env {
+                let v = match (k.as_str(), sp.getenv("PYTHONPATH")?) {
+                    // syndeo's driver hook goes first; the step's own paths stay.
+                    ("PYTHONPATH", Some(own)) if !own.is_empty() => format!("{v}:{own}"),
+                    _ => v,
+                };
                 sp.setenv(&k, &v)?;
             }
             return Ok(());

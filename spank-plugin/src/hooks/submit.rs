@@ -7,23 +7,35 @@
 //! Once the options are parsed, a syndeo job also records the submitter's
 //! resource limits and umask in its SPANK environment: Slurm gives the job's
 //! tasks those, and the root side gives them to syndeo's processes too.
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
-use syndeo_protocol::env::{RLIMITS_RECORD, UMASK_RECORD};
+use syndeo_protocol::env::{OPTION_RECORD, REQUEST_RECORD, RLIMITS_RECORD, UMASK_RECORD};
 use syndeo_protocol::image::check_image_value;
 
 use crate::ffi::{Context, Spank};
 use crate::{HookError, HookResult};
 
-/// Whether this submit command was given `--syndeo`: Slurm's own
-/// `spank_option_getopt` answers "not available" in `init_post_opt` (all
-/// releases), so the option callback, which runs just before, notes it here.
-static GIVEN_HERE: AtomicBool = AtomicBool::new(false);
+/// `--syndeo`'s value if this submit command was given it (Some(None):
+/// without a value). Slurm's own `spank_option_getopt` answers "not
+/// available" in `init_post_opt` (all releases), so the option callback,
+/// which runs just before, notes it here.
+static GIVEN_HERE: Mutex<Option<Option<String>>> = Mutex::new(None);
 
-/// `slurm_spank_init_post_opt`, at submit: the record of limits and umask.
+fn given_here() -> Option<Option<String>> {
+    GIVEN_HERE.lock().map(|g| g.clone()).unwrap_or(None)
+}
+
+/// `slurm_spank_init_post_opt`, at submit: the record of limits and umask;
+/// for sbatch and salloc, syndeo's record of the request in place of
+/// Slurm's ([`REQUEST_RECORD`]).
 pub fn init_post_opt(sp: &Spank) -> HookResult {
-    if !matches!(sp.context(), Context::Local | Context::Allocator) || !GIVEN_HERE.load(Ordering::Relaxed) {
+    if !matches!(sp.context(), Context::Local | Context::Allocator) {
         return Ok(());
+    }
+    let Some(value) = given_here() else { return Ok(()) };
+    if sp.context() == Context::Allocator {
+        sp.job_control_setenv(REQUEST_RECORD, value.as_deref().unwrap_or("-"))?;
+        sp.job_control_unsetenv(OPTION_RECORD)?;
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
@@ -67,7 +79,9 @@ pub fn option_given(value: Option<&str>, remote: bool) -> HookResult {
     if let Some(v) = value {
         check_image_value(v).map_err(HookError)?;
     }
-    GIVEN_HERE.store(true, Ordering::Relaxed);
+    if let Ok(mut g) = GIVEN_HERE.lock() {
+        *g = Some(value.filter(|v| !v.is_empty()).map(str::to_string));
+    }
     Ok(())
 }
 
@@ -90,6 +104,6 @@ mod tests {
         assert!(option_given(Some(""), true).is_ok(), "srun --syndeo inside a job passes an empty value");
         assert!(option_given(None, false).is_ok());
         assert!(option_given(Some("/img"), false).is_ok());
-        assert!(GIVEN_HERE.load(Ordering::Relaxed), "init_post_opt must know --syndeo was given");
+        assert_eq!(given_here(), Some(Some("/img".to_string())), "init_post_opt must know --syndeo was given");
     }
 }
