@@ -22,6 +22,8 @@ from ray.util.placement_group import placement_group
 ray.init()
 pg = placement_group([{\"CPU\": 1}] * 3, strategy=\"STRICT_SPREAD\")
 print(\"PG_PLACED\", pg.wait(timeout_seconds=10))
+# The group holds every CPU: the wave below runs after it is gone.
+ray.util.remove_placement_group(pg)
 @ray.remote(num_cpus=0.01)
 def host():
     return socket.gethostname()

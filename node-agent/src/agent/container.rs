@@ -15,7 +15,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use super::launcher::{parse_event, parse_ready, Event, Launched, Launcher, RayNode, SlurmJob};
+use super::launcher::{parse_event, parse_ready, parse_sees, Event, Launched, Launcher, RayNode, SlurmJob};
 use super::ray::{self, NodePorts};
 use super::ray_version::ImageRay;
 use crate::fault::Fault;
@@ -81,6 +81,8 @@ pub struct RayProcess {
     /// The launcher's report of the image's Ray: None until it comes,
     /// Some(None) if the container ended first.
     facts: watch::Receiver<Option<Option<ImageRay>>>,
+    /// The head launcher's latest answer to "expect n" (`sees`).
+    seen: watch::Receiver<Option<Result<usize, String>>>,
 }
 
 impl RayProcess {
@@ -108,10 +110,13 @@ impl RayProcess {
         let stdin = child.stdin.take();
         let (tx, rx) = mpsc::channel(16);
         let (facts_tx, facts) = watch::channel(None);
+        let (seen_tx, seen) = watch::channel(None);
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(ev) = parse_event(&line) {
+                if let Some(answer) = parse_sees(&line) {
+                    seen_tx.send_replace(Some(answer));
+                } else if let Some(ev) = parse_event(&line) {
                     if ev == Event::LauncherReady {
                         let found = parse_ready(&line).unwrap_or_else(ImageRay::unreadable);
                         info!(ray = %found.ray, python = %found.python, "launcher: the image's Ray loaded");
@@ -126,7 +131,7 @@ impl RayProcess {
             facts_tx.send_if_modified(|f| f.is_none() && f.insert(None).is_none());
             let _ = tx.send(Event::Exited).await;
         });
-        Ok((RayProcess { child, stdin, facts }, rx))
+        Ok((RayProcess { child, stdin, facts, seen }, rx))
     }
 }
 
@@ -146,6 +151,24 @@ impl RayNode for RayProcess {
             let stdin = self.stdin.as_mut().ok_or("the launcher's stdin is closed")?;
             stdin.write_all(line.as_bytes()).await.map_err(|e| e.to_string())?;
             stdin.flush().await.map_err(|e| e.to_string())
+        }
+        .boxed()
+    }
+
+    /// Asks the head's launcher to wait until Ray's status lists `nodes`.
+    fn sees<'a>(&'a mut self, nodes: usize, gcs: &'a str, limit: Duration) -> BoxFuture<'a, Result<usize, String>> {
+        async move {
+            self.seen.borrow_and_update();
+            let line =
+                serde_json::json!({ "expect": nodes, "gcs": gcs, "limit": limit.as_secs_f64() }).to_string() + "\n";
+            let stdin = self.stdin.as_mut().ok_or("the launcher's stdin is closed")?;
+            stdin.write_all(line.as_bytes()).await.map_err(|e| e.to_string())?;
+            stdin.flush().await.map_err(|e| e.to_string())?;
+            match tokio::time::timeout(limit + Duration::from_secs(5), self.seen.changed()).await {
+                Ok(Ok(())) => self.seen.borrow().clone().unwrap_or_else(|| Err("no answer".into())),
+                Ok(Err(_)) => Err("the launcher ended".into()),
+                Err(_) => Err(format!("the launcher did not answer within {limit:?}")),
+            }
         }
         .boxed()
     }
@@ -193,6 +216,30 @@ mod tests {
             assert!(LAUNCHER_SCRIPT.contains(word), "{word}");
             assert!(parse_event(word).is_some(), "{word}");
         }
+        for line in ["SYNDEO_RAY_SEES 2", "SYNDEO_RAY_SEES_LATE why"] {
+            assert!(LAUNCHER_SCRIPT.contains(line.split(' ').next().unwrap()), "{line}");
+            assert!(parse_sees(line).is_some(), "{line}");
+        }
         assert!(LAUNCHER_SCRIPT.contains("def main(") && LAUNCHER_SCRIPT.contains("if __name__ == \"__main__\":"));
+    }
+
+    /// `active_nodes` in the launcher, run by a real Python on the two forms
+    /// of Ray's status report: with the autoscaler's count (what `ray
+    /// status` prints under Active), and with only per-node resources.
+    #[test]
+    fn the_launcher_counts_the_nodes_rays_status_lists_active() {
+        let dir = std::env::temp_dir().join(format!("syndeo-launcher-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("launcher.py"), LAUNCHER_SCRIPT).unwrap();
+        let code = r#"
+import json, launcher
+v2 = {"autoscaler_report": {"active_nodes": {"node_a": 1, "node_b": 1, "node_c": 1}}, "load_metrics_report": {}}
+v1 = {"load_metrics_report": {"usage_by_node": {"a": {}, "b": {}}}}
+print(launcher.active_nodes(json.dumps(v2)), launcher.active_nodes(json.dumps(v1)), launcher.active_nodes("{}"))
+"#;
+        let o =
+            std::process::Command::new("/usr/bin/python3").args(["-c", code]).env("PYTHONPATH", &dir).output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "3 2 0", "{}", String::from_utf8_lossy(&o.stderr));
     }
 }

@@ -35,9 +35,36 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
     }
     let deadline = t0 + Duration::from_secs(shared.spec.config.startup_timeout);
     let deadline = tokio::spawn(fail_at_deadline(shared.clone(), deadline));
+    let settle = tokio::spawn(settle(shared.clone()));
     let end = watch_own_ray(shared, events).await;
     deadline.abort();
+    settle.abort();
     end
+}
+
+/// How long Ready waits for Ray's status to list the joined nodes.
+const SETTLE_LIMIT: Duration = Duration::from_secs(20);
+
+/// Ready means ready: once the agents count enough nodes joined, the head's
+/// launcher waits until Ray's own status (what `ray status` prints) lists
+/// them all active; by then every node's resources reached the GCS, and the
+/// schedulers spread over all of them. Then the cluster is Ready. If Ray's
+/// status lags past `SETTLE_LIMIT`, it is Ready anyway (logged): Ray works.
+async fn settle(shared: Arc<Shared>) {
+    shared.all_joined.notified().await;
+    let joined = 1 + shared.reports.lock().await.values().filter(|r| r.is_ok()).count();
+    let gcs = shared.view.borrow().gcs_address.clone();
+    let t = Instant::now();
+    let answer = match shared.ray.lock().await.as_mut() {
+        Some(ray) => ray.sees(joined, &gcs, SETTLE_LIMIT).await,
+        None => Err("this node's Ray is gone".into()),
+    };
+    match answer {
+        Ok(n) => info!("Ray lists {n} nodes active {:?} after they joined", t.elapsed()),
+        Err(why) => warn!("Ray's status does not list the {joined} joined nodes ({why}); ready anyway"),
+    }
+    shared.settled.store(true, std::sync::atomic::Ordering::Release);
+    view::recount(&shared).await;
 }
 
 /// Nodes whose agent is gone count as failed, unless it is back (its

@@ -10,9 +10,13 @@ which is the node's ray.log):
   SYNDEO_RAY_STARTED             `ray start` returned: this node joined the cluster
   SYNDEO_RAY_FAILED <message>    Ray could not start; the message says why
   SYNDEO_RAY_DIED                this node's raylet ended while the job ran
+  SYNDEO_RAY_SEES <n>            (head, when asked) Ray's own status lists n nodes active
+  SYNDEO_RAY_SEES_LATE <message> (head, when asked) it did not within the limit; why
 stdin: one JSON line {"args": [...], "env": {...}} with the `ray start` arguments
-and the secrets (the auth token), which never appear on a command line; end of
-stdin means "stop": every process of this namespace gets SIGTERM, then SIGKILL.
+and the secrets (the auth token), which never appear on a command line; then,
+on the head, {"expect": n, "gcs": "ip:port", "limit": s} when the agents
+count n nodes joined; end of stdin means "stop": every process of this
+namespace gets SIGTERM, then SIGKILL.
 """
 import json
 import os
@@ -61,10 +65,15 @@ def raylet_alive():
 
 
 def stop_on_eof(timeout):
-    """Waits up to `timeout` s for the agent's word on stdin; its end means stop."""
+    """Waits up to `timeout` s for the agent's word on stdin; its end means
+    stop. Returns the line the agent sent, if any."""
     ready, _, _ = select.select([sys.stdin], [], [], timeout)
-    if ready and not sys.stdin.readline():
+    if not ready:
+        return None
+    line = sys.stdin.readline()
+    if not line:
         stop_all(0)
+    return line
 
 
 def stop_all(code):
@@ -175,10 +184,55 @@ def wait_for_head(args, limit):
         stop_on_eof(0.05)
 
 
+def active_nodes(status):
+    """How many nodes Ray's own status report (what `ray status` prints)
+    lists as active: the autoscaler's count where it reports one, else the
+    nodes the report has resources of."""
+    report = json.loads(status)
+    active = (report.get("autoscaler_report") or {}).get("active_nodes")
+    if isinstance(active, dict):
+        return sum(active.values())
+    return len((report.get("load_metrics_report") or {}).get("usage_by_node") or {})
+
+
+def await_active(expect, gcs, limit):
+    """The head, once the agents count `expect` nodes joined: waits until
+    Ray's monitor reports them all active (the status `ray status` prints,
+    which the monitor writes every AUTOSCALER_UPDATE_INTERVAL_S; syndeo sets
+    1 s), polling every 50 ms. Each node's resources reached the GCS by
+    then, so the schedulers' views have them too."""
+    end, seen, why = time.time() + limit, 0, "no status report yet"
+    try:
+        from ray._raylet import GcsClient
+        client = GcsClient(address=gcs)
+    except Exception as e:
+        say("SYNDEO_RAY_SEES_LATE", f"cannot ask the GCS: {e}")
+        return
+    while time.time() < end:
+        try:
+            status = client.internal_kv_get(b"__autoscaling_status", None, timeout=2)
+            if status:
+                seen = active_nodes(status)
+                why = f"Ray's status lists {seen} of {expect} nodes active"
+                if seen >= expect:
+                    say("SYNDEO_RAY_SEES", seen)
+                    return
+        except Exception as e:
+            why = f"asking the GCS: {type(e).__name__}: {e}"
+        if stop_on_eof(0.05) is not None:
+            break
+    say("SYNDEO_RAY_SEES_LATE", why)
+
+
 def watch_raylet():
-    """Until the agent says stop: report this node's raylet ending."""
+    """Until the agent says stop: report this node's raylet ending; answer
+    the agent's questions."""
     while True:
-        stop_on_eof(0.5)
+        line = stop_on_eof(0.5)
+        if line and line.strip():
+            ask = json.loads(line)
+            if "expect" in ask:
+                await_active(int(ask["expect"]), ask["gcs"], float(ask.get("limit", 20)))
         if not raylet_alive():
             say("SYNDEO_RAY_DIED")
             stop_all(5)

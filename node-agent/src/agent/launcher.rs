@@ -39,6 +39,12 @@ pub trait RayNode: Send {
     /// container ended first (its events tell why).
     fn loaded(&mut self) -> BoxFuture<'_, Option<ImageRay>>;
     fn start<'a>(&'a mut self, args: &'a [String], token: &'a str) -> BoxFuture<'a, Result<(), String>>;
+    /// Head: waits (at most `limit`) until Ray's own status, read from the
+    /// GCS at `gcs`, lists `nodes` nodes active; how many it listed, or why
+    /// not. Stand-ins have no status to wait for.
+    fn sees<'a>(&'a mut self, nodes: usize, _gcs: &'a str, _limit: Duration) -> BoxFuture<'a, Result<usize, String>> {
+        async move { Ok(nodes) }.boxed()
+    }
     fn stop(self: Box<Self>, grace: Duration) -> BoxFuture<'static, ()>;
 }
 
@@ -116,6 +122,16 @@ pub fn parse_event(line: &str) -> Option<Event> {
     }
 }
 
+/// The head launcher's answer to "expect n": Ok(n listed), or why it did not.
+pub fn parse_sees(line: &str) -> Option<Result<usize, String>> {
+    let line = line.trim();
+    if let Some(why) = line.strip_prefix("SYNDEO_RAY_SEES_LATE") {
+        return Some(Err(why.trim().to_string()));
+    }
+    let n = line.strip_prefix("SYNDEO_RAY_SEES ")?.trim().parse().ok()?;
+    Some(Ok(n))
+}
+
 /// The image's Ray as the launcher's ready line reports it.
 pub fn parse_ready(line: &str) -> Option<ImageRay> {
     let json = line.trim().strip_prefix("SYNDEO_LAUNCHER_READY")?.trim();
@@ -141,5 +157,16 @@ mod tests {
         assert_eq!(parse_event("SYNDEO_RAY_STARTED\n"), Some(Event::Started));
         assert_eq!(parse_event("SYNDEO_RAY_FAILED no ray here"), Some(Event::Failed("no ray here".into())));
         assert_eq!(parse_event("Ray runtime started."), None);
+    }
+
+    #[test]
+    fn the_heads_answer_says_how_many_nodes_ray_lists_or_why_not() {
+        assert_eq!(parse_sees("SYNDEO_RAY_SEES 3\n"), Some(Ok(3)));
+        assert_eq!(
+            parse_sees("SYNDEO_RAY_SEES_LATE Ray's status lists 2 of 3"),
+            Some(Err("Ray's status lists 2 of 3".into()))
+        );
+        assert_eq!(parse_sees("SYNDEO_RAY_STARTED"), None);
+        assert_eq!(parse_event("SYNDEO_RAY_SEES 3"), None, "not an event of the start");
     }
 }

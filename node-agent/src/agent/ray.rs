@@ -139,6 +139,9 @@ pub fn ray_container(spec: &JobSpec, image: &Path, ports: &NodePorts) -> Contain
         ("CUDA_VISIBLE_DEVICES", spec.gpus.join(",")),
         (JOB_MARKER, spec.job_id.to_string()),
         ("PYTHONUNBUFFERED", "1".into()),
+        // Ray's monitor writes the status `ray status` prints this often
+        // (default 5 s): the cluster is Ready once it lists every node.
+        ("AUTOSCALER_UPDATE_INTERVAL_S", "1".into()),
         // Workers start alongside the head and wait for its GCS this long.
         ("RAY_gcs_rpc_server_connect_timeout_s", spec.config.startup_timeout.to_string()),
     ];

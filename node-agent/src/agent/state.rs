@@ -75,6 +75,10 @@ pub struct Shared {
     pub open_cluster_told: AtomicBool,
     /// What the image's Ray is on this node, once it loaded.
     pub image_ray: std::sync::Mutex<Option<super::ray_version::ImageRay>>,
+    /// Head: enough nodes joined; Ray's own status is to list them (`head::settle`).
+    pub all_joined: tokio::sync::Notify,
+    /// Head: Ray's status listed them (or the wait gave up): the cluster may be Ready.
+    pub settled: AtomicBool,
 }
 
 impl Shared {
@@ -96,6 +100,8 @@ impl Shared {
             restart_told: AtomicBool::new(false),
             open_cluster_told: AtomicBool::new(false),
             image_ray: std::sync::Mutex::new(None),
+            all_joined: tokio::sync::Notify::new(),
+            settled: AtomicBool::new(false),
             node_set: OnceLock::new(),
             spec,
         })

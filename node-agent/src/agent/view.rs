@@ -3,6 +3,7 @@
 //! derived from it. Both roles and the mesh's RPC handlers use these; none of
 //! them holds role logic.
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use super::mesh::pb::{cluster_view::Phase, ClusterView};
 use super::state::{NodeState, Role, Shared};
@@ -101,7 +102,11 @@ fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>)
     }
     let joined = 1 + reports.values().filter(|r| r.is_ok()).count();
     let failed = reports.values().filter(|r| r.is_err()).count();
-    if joined >= spec.min_nodes() || phase == Phase::Ready {
+    if joined >= spec.min_nodes() && phase != Phase::Ready && !shared.settled.load(Ordering::Acquire) {
+        // Ready waits until Ray itself lists the nodes (head::settle).
+        shared.all_joined.notify_one();
+        shared.set_state(NodeState::Starting(format!("{joined} nodes joined; waiting for Ray to list them active")));
+    } else if joined >= spec.min_nodes() || phase == Phase::Ready {
         let ready: Vec<String> = spec
             .nodes
             .iter()
