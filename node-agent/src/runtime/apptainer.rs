@@ -62,7 +62,10 @@ impl ContainerRuntime for Apptainer {
     }
 
     fn command(&self, spec: &ContainerSpec, argv: &[String]) -> Result<Vec<String>, Fault> {
-        let mut c = vec![self.binary.to_string_lossy().into_owned(), "exec".into(), "--contain".into()];
+        // --quiet: no INFO lines (which helpers the node lacks) in the job's
+        // output on every `srun --syndeo`; warnings and errors still show.
+        let mut c =
+            vec![self.binary.to_string_lossy().into_owned(), "--quiet".into(), "exec".into(), "--contain".into()];
         if spec.clean_env {
             c.push("--cleanenv".into());
         }
@@ -150,6 +153,7 @@ mod tests {
             c,
             [
                 "/usr/bin/apptainer",
+                "--quiet",
                 "exec",
                 "--contain",
                 "--cleanenv",

@@ -36,6 +36,11 @@ pub fn init_post_opt(sp: &Spank) -> HookResult {
     if sp.context() == Context::Allocator {
         sp.job_control_setenv(REQUEST_RECORD, value.as_deref().unwrap_or("-"))?;
         sp.job_control_unsetenv(OPTION_RECORD)?;
+        // Slurm also set it in this process's own environment just before
+        // this hook (spank_init_post_opt): salloc's shell would inherit it,
+        // and every plain srun there would take it as --syndeo. sbatch and
+        // salloc are single-threaded here.
+        std::env::remove_var(OPTION_RECORD);
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
