@@ -3,9 +3,11 @@ the same run (started by bench/run, which prepares the cluster, the image and
 a host venv with Ray for the peers). Absolute times on a shared 2-core
 machine are noise; the ratios measured in one run are the result.
 
-1. Cluster-ready time, 3 nodes, job start -> ready as the job sees it:
+1. Cluster-ready time, 3 nodes, job start -> truly ready (`ray status` lists
+   all 3 nodes active, which is when syndeo starts the job's steps):
    syndeo | bare `ray start` (head, then workers; the floor) |
-   `ray symmetric-run` under srun | the sleep-based sbatch template of Ray's docs.
+   `ray symmetric-run` under srun | the sleep-based sbatch template of Ray's docs,
+   in interleaved order, each ratio the median of per-repetition ratios.
 2. Teardown: epilog start -> node clean (syndeo), SIGTERM -> no process (bare).
 3. Cost to jobs without --syndeo: `srun true` with and without the plugin.
 4. Ray task throughput: syndeo's container vs bare Ray on the same nodes,
@@ -32,6 +34,24 @@ WORK = f"/home/{USER}/syndeo-bench"
 OUT = os.path.join(HERE, "out")
 NODES = open("/run/syndeo-minicluster/nodes").read().split()
 IP = {n: f"10.213.7.{10 + i}" for i, n in enumerate(NODES, 1)}
+
+# The peers' last step to the point syndeo calls ready: Ray's own status (what
+# `ray status` prints, from the GCS at argv[1]) lists argv[2] nodes active.
+# Every peer runs with AUTOSCALER_UPDATE_INTERVAL_S=1, as syndeo's Ray does.
+READY_PY = r"""
+import json, sys, time
+from ray._raylet import GcsClient
+client, n = GcsClient(address=sys.argv[1]), int(sys.argv[2])
+while True:
+    try:
+        s = client.internal_kv_get(b"__autoscaling_status", None, timeout=2)
+        if s and sum((json.loads(s).get("autoscaler_report") or {}).get("active_nodes", {}).values()) >= n:
+            break
+    except Exception:
+        pass
+    time.sleep(0.05)
+print("T_READY", time.time(), flush=True)
+"""
 
 TPUT_PY = r"""
 # One driver of the throughput benchmark: SIDE's, against the Ray cluster of
@@ -186,7 +206,8 @@ def bare_cluster(venv):
 
     def env(node):
         return {"PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": f"/home/{USER}", "RAY_AUTH_MODE": "token",
-                "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0", mark.split("=")[0]: mark.split("=")[1]}
+                "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+                mark.split("=")[0]: mark.split("=")[1]}
 
     def common(node):
         return ["--block", "--node-ip-address", IP[node], "--num-cpus", "1", "--num-gpus", "0",
@@ -207,6 +228,10 @@ def bare_cluster(venv):
                for n in NODES[1:]]
     for w in workers:
         wait_started(w)
+    check = as_user_in(NODES[0], [f"{venv}/bin/python3", "-c", READY_PY, f"{IP[NODES[0]]}:{port}", "3"], env(NODES[0]))
+    out, _ = check.communicate(timeout=120)
+    if "T_READY" not in out:
+        raise SystemExit(f"bare cluster never listed 3 nodes: {out}")
     return time.time() - t0, [head, *workers], mark, f"{IP[NODES[0]]}:{port}", env(NODES[0])
 
 
@@ -261,11 +286,20 @@ def peer_job_ready(script):
     return float(b.group(1)) - float(a.group(1))
 
 
+def ready_check_file():
+    """READY_PY where the peers' jobs can run it."""
+    path = os.path.join(WORK, "ready_check.py")
+    with open(path, "w") as f:
+        f.write(READY_PY)
+    os.chmod(path, 0o644)
+    return path
+
+
 def symmetric_run_script(venv):
     port = 20000 + secrets.randbelow(9000)
     return f"""#!/bin/bash
 echo T_SCRIPT $(date +%s.%N)
-export PATH={venv}/bin:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+export PATH={venv}/bin:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 AUTOSCALER_UPDATE_INTERVAL_S=1
 # Its workers build a GcsClient outside their retry loop, which gives up after
 # Ray's 5 s connect timeout if the head's GCS is slower than that to come up.
 export RAY_gcs_rpc_server_connect_timeout_s=30
@@ -273,7 +307,7 @@ head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)
 head_ip=$(getent ahostsv4 "$head" | awk 'NR == 1 {{print $1}}')
 srun --nodes=3 --ntasks-per-node=1 ray symmetric-run --address "$head_ip:{port}" --min-nodes 3 \\
     --num-cpus 1 --object-store-memory {512 << 20} -- \\
-    python3 -c 'import time; print("T_READY", time.time(), flush=True)'
+    python3 {ready_check_file()} "$head_ip:{port}" 3
 """
 
 
@@ -282,7 +316,7 @@ def template_script(venv):
     # Ray's documented Slurm template (ray/doc/source/cluster/doc_code/slurm-basic.sh), minus GPUs.
     return f"""#!/bin/bash
 echo T_SCRIPT $(date +%s.%N)
-export PATH={venv}/bin:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+export PATH={venv}/bin:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 AUTOSCALER_UPDATE_INTERVAL_S=1
 nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
 nodes_array=($nodes)
 head_node=${{nodes_array[0]}}
@@ -297,7 +331,7 @@ for ((i = 1; i <= worker_num; i++)); do
     srun --nodes=1 --ntasks=1 -w "$node_i" ray start --address "$ip_head" --num-cpus 1 --temp-dir /tmp/bench-tp{port} --block &
     sleep 5
 done
-python3 -c 'import time; print("T_READY", time.time(), flush=True)'
+python3 {ready_check_file()} "$ip_head" 3
 """
 
 
@@ -488,16 +522,27 @@ def main():
 
     ready = {"syndeo": [], "bare ray start": [], "symmetric-run": [], "sleep template": []}
     teardown_syndeo, teardown_bare = [], []
-    for i in range(a.reps):
-        log(f"bench: repetition {i + 1}/{a.reps}")
+
+    def run_syndeo():
         r, td = syndeo_ready(a.image)
-        ready["syndeo"].append(r)
         teardown_syndeo.extend(td)
+        return r
+
+    def run_bare():
         r, procs, mark, _, _ = bare_cluster(a.venv)
-        ready["bare ray start"].append(r)
         teardown_bare.append(bare_stop(procs, mark))
-        ready["symmetric-run"].append(peer_job_ready(symmetric_run_script(a.venv)))
-        ready["sleep template"].append(peer_job_ready(template_script(a.venv)))
+        return r
+
+    runs = {"syndeo": run_syndeo, "bare ray start": run_bare,
+            "symmetric-run": lambda: peer_job_ready(symmetric_run_script(a.venv)),
+            "sleep template": lambda: peer_job_ready(template_script(a.venv))}
+    order = ["bare ray start", "syndeo", "symmetric-run", "sleep template"]
+    for i in range(a.reps):
+        # Interleaved: each repetition runs the sides in the other order, so a
+        # drift of the machine's speed falls on both sides of each ratio alike.
+        log(f"bench: repetition {i + 1}/{a.reps}")
+        for side in (order if i % 2 == 0 else order[::-1]):
+            ready[side].append(runs[side]())
     log("bench: srun cost with the plugin, with an empty plugin, and without")
     srun = srun_cost(a.srun_reps, a.empty_plugin)
     with_plugin, without_plugin = srun["with"], srun["without"]
@@ -518,6 +563,12 @@ def main():
     mesh = mesh_scale(a.mesh_bench, a.reps)
 
     med = {k: median(v) for k, v in ready.items()}
+    # The ratios: the median of each repetition's own ratio.
+    ratio = {
+        "syndeo/bare": median([s / b for s, b in zip(ready["syndeo"], ready["bare ray start"])]),
+        "symmetric-run/syndeo": median([p / s for p, s in zip(ready["symmetric-run"], ready["syndeo"])]),
+        "template/syndeo": median([p / s for p, s in zip(ready["sleep template"], ready["syndeo"])]),
+    }
     lines = [
         f"syndeo benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, 3-node minicluster, Ray 2.60, bubblewrap, "
         f"{a.reps} repetitions (medians)",
@@ -525,11 +576,11 @@ def main():
         "| measurement | syndeo | peer | ratio |",
         "|---|---|---|---|",
         f"| ready time vs bare `ray start` (floor) | {med['syndeo']:.2f} s | {med['bare ray start']:.2f} s | "
-        f"syndeo/bare {med['syndeo'] / med['bare ray start']:.2f} |",
+        f"syndeo/bare {ratio['syndeo/bare']:.2f} |",
         f"| ready time vs `ray symmetric-run` | {med['syndeo']:.2f} s | {med['symmetric-run']:.2f} s | "
-        f"symmetric-run/syndeo {med['symmetric-run'] / med['syndeo']:.2f} |",
+        f"symmetric-run/syndeo {ratio['symmetric-run/syndeo']:.2f} |",
         f"| ready time vs Ray's sleep template | {med['syndeo']:.2f} s | {med['sleep template']:.2f} s | "
-        f"template/syndeo {med['sleep template'] / med['syndeo']:.2f} |",
+        f"template/syndeo {ratio['template/syndeo']:.2f} |",
         f"| teardown per node (syndeo: epilog to clean node; bare: SIGTERM to no process) | "
         f"{median(teardown_syndeo):.2f} s | {median(teardown_bare):.2f} s | "
         f"syndeo/bare {median(teardown_syndeo) / median(teardown_bare):.2f} |",
@@ -543,6 +594,7 @@ def main():
         f"| CPU per 1,000 of those tasks, whole machine | {cpu_syndeo:.2f} s | {cpu_bare:.2f} s | "
         f"syndeo/bare {cpu_syndeo / cpu_bare:.2f} |",
         "",
+        "Ready ratios are the median of each repetition's own ratio; the sides ran in alternating order.",
         "Every repetition (seconds): " + "; ".join(f"{k}: {', '.join(f'{x:.2f}' for x in v)}" for k, v in ready.items()),
         f"Throughput, syndeo/bare per pair of clusters ({a.tput_reps} pairs of {a.tput_rounds} rounds a side; "
         "each the ratio of the two sides' median rounds): " + ", ".join(f"{x:.2f}" for x in pair_ratios),
@@ -561,8 +613,8 @@ def main():
         f"{mesh[4096][0] / mesh[1024][0]:.2f} (4.00 is linear).",
     ]
     print("\n".join(lines))
-    print(f"ready ratio syndeo/bare: {med['syndeo'] / med['bare ray start']:.2f}")
-    print(f"ready ratio symmetric-run/syndeo: {med['symmetric-run'] / med['syndeo']:.2f}")
+    print(f"ready ratio syndeo/bare: {ratio['syndeo/bare']:.2f}")
+    print(f"ready ratio symmetric-run/syndeo: {ratio['symmetric-run/syndeo']:.2f}")
     print(f"throughput ratio syndeo/bare: {tput_syndeo / tput_bare:.2f}")
     print(f"mesh scale 4096 nodes: {mesh[4096][0]:.2f} s, {mesh[4096][1]:.2f} messages per node "
           f"(1024 nodes: {mesh[1024][0]:.2f} s, {mesh[1024][1]:.2f})")
@@ -587,20 +639,26 @@ side by side in the same run, are the result. Benchmarks never fail CI.
         f.write("""
 ## How each figure is obtained
 
+- **Ready, for every side**: Ray's own status (what `ray status` prints) lists all
+  3 nodes active; by then a SPREAD wave reaches every node. Every side runs Ray's
+  monitor with `AUTOSCALER_UPDATE_INTERVAL_S=1`, as syndeo does. The sides run in
+  alternating order (bare, syndeo, symmetric-run, template, then the reverse), and each
+  ratio is the median of the repetitions' own ratios.
 - **syndeo ready**: `sbatch -N3 --syndeo=IMAGE`. The batch script starts only when the
-  cluster is ready, and prints the time. The job's start is the earliest
+  cluster is ready in that sense, and prints the time. The job's start is the earliest
   `syndeo: prolog for job N` line in the slurmd logs (ms resolution).
 - **bare `ray start`** (the floor): the host venv's `ray start --head --block`, run
   directly as the user in node1's namespaces. Once it says "Ray runtime started",
   `ray start --address` runs on the other nodes in parallel, with syndeo's flags
   (CPUs, object store, ports, temp dir) and token auth. Measured from the first launch
-  to the last "started".
+  until a check on node1 (`READY_PY` in bench.py) sees 3 nodes active.
 - **symmetric-run**: a plain 3-node job whose script runs `srun --nodes=3
   --ntasks-per-node=1 ray symmetric-run --address HEAD:PORT --min-nodes 3 -- python3 …`,
-  as Ray's docs say. Measured from the script's start to the entrypoint's first line.
+  as Ray's docs say; the entrypoint is the same check. Measured from the script's start
+  to the check's line.
 - **sleep template**: Ray's documented sbatch template (head under srun, `sleep 10`, one
-  worker at a time each followed by `sleep 5`). Measured from the script's start to the
-  line after the loop.
+  worker at a time each followed by `sleep 5`), then the same check. Measured from the
+  script's start to the check's line.
 - **teardown**: syndeo's plugin logs `node clean in N ms` after each node's epilog.
   This covers stopping Ray gracefully, killing what is left, and removing the job's
   directories, and ends when the node's agent is gone (reaped). The minicluster runs
