@@ -253,6 +253,13 @@ fn leftovers_now(job: u32, user: &str) -> Vec<String> {
     found
 }
 
+/// `job` of `user` left nothing on any node, and no node is drained.
+pub fn assert_clean(job: &Job, user: &str) {
+    let left = leftovers(job.id, user);
+    assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+}
+
 impl Job {
     /// Waits until Slurm says the job runs.
     pub fn wait_running(&self, limit: Duration) {

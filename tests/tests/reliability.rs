@@ -7,12 +7,6 @@ use syndeo_tests::*;
 
 const HOLD: &str = "#!/bin/bash\necho READY $RAY_ADDRESS\nsleep 300\n";
 
-fn assert_clean(job: &Job, user: &str) {
-    let left = leftovers(job.id, user);
-    assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
-    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
-}
-
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn scancel_during_prolog_start_up_and_run_leaves_nothing_and_drains_nothing() {

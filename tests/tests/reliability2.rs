@@ -6,12 +6,6 @@ use std::time::Duration;
 
 use syndeo_tests::*;
 
-fn assert_clean(job: &Job) {
-    let left = leftovers(job.id, USER_A);
-    assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
-    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
-}
-
 /// A Ray task makes a 30,000-deep directory tree and a million small files
 /// in the job's temp dir, and another deep tree and 20,000 files in its
 /// /dev/shm. The epilog removes all of it, says "node clean" only because it
@@ -54,7 +48,7 @@ print("LITTERED", ray.get([litter.options(**on).remote(temp, 30000, 1000000),
             || (l.contains(&format!("job {}:", job.id)) && l.contains("could not be removed"))),
         "the epilog named leftovers"
     );
-    assert_clean(&job);
+    assert_clean(&job, USER_A);
 }
 
 /// The job's runtime directory (in /run) and its /dev/shm are size-capped
@@ -95,7 +89,7 @@ srun --syndeo -N1 -n1 sh -c 'dd if=/dev/zero of=/dev/shm/fill bs=1M count=4000 2
         (before.0 - after.0).abs() < 8 && (before.1 - after.1).abs() < 64,
         "free space changed: {before:?} -> {after:?}"
     );
-    assert_clean(&job);
+    assert_clean(&job, USER_A);
 }
 
 /// A healthy syndeo job (batch script, plain steps, `srun --syndeo` steps)
@@ -233,7 +227,7 @@ fn exclusive_overcommit_single_node_parallel_steps_and_overlap_from_salloc_all_w
         let want = if name == "exclusive" { "ALIVE 2" } else { "ALIVE 1" };
         let alive = job.stdout().matches(want).count();
         assert_eq!(alive, if name == "parallel" { 8 } else { 1 }, "{name}: {}", job.output());
-        assert_clean(&job);
+        assert_clean(&job, USER_A);
     }
     let dir = workdir(USER_A, "shape-salloc");
     let o = as_user(
@@ -281,5 +275,5 @@ fn peers_are_reached_at_slurms_node_addr_even_when_a_node_name_does_not_resolve(
     drop(_restore);
     assert_eq!(state, "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("ALIVE 3"), "{}", job.output());
-    assert_clean(&job);
+    assert_clean(&job, USER_A);
 }

@@ -52,7 +52,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(20);
 /// status lags past `SETTLE_LIMIT`, it is Ready anyway (logged): Ray works.
 async fn settle(shared: Arc<Shared>) {
     shared.all_joined.notified().await;
-    let joined = 1 + shared.reports.lock().await.values().filter(|r| r.is_ok()).count();
+    let joined = view::joined(&*shared.reports.lock().await);
     let gcs = shared.view.borrow().gcs_address.clone();
     let t = Instant::now();
     let answer = match shared.ray.lock().await.as_mut() {

@@ -91,6 +91,11 @@ pub async fn record_report(shared: &Shared, node: String, result: Result<(), Str
     recount_with(shared, &reports);
 }
 
+/// Nodes whose Ray joined: the head's own, and each worker that reported Ok.
+pub fn joined(reports: &BTreeMap<String, Result<(), String>>) -> usize {
+    1 + reports.values().filter(|r| r.is_ok()).count()
+}
+
 fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>) {
     if *shared.role.borrow() != Role::Head {
         return;
@@ -100,7 +105,7 @@ fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>)
     if matches!(phase, Phase::Failed | Phase::Starting | Phase::Reelect) {
         return;
     }
-    let joined = 1 + reports.values().filter(|r| r.is_ok()).count();
+    let joined = joined(reports);
     let failed = reports.values().filter(|r| r.is_err()).count();
     if joined >= spec.min_nodes() && phase != Phase::Ready && !shared.settled.load(Ordering::Acquire) {
         // Ready waits until Ray itself lists the nodes (head::settle).
