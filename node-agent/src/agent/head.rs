@@ -26,7 +26,7 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Insta
     if let Err(end) = count_lost_nodes(shared, dropped).await {
         return end;
     }
-    let head_ports = match take_office(shared, ip, dropped).await {
+    let head_ports = match take_office(shared, ip, &ports, dropped).await {
         Ok(p) => p,
         Err(end) => return end,
     };
@@ -126,11 +126,11 @@ async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>
 
 /// The new head's view: a fresh Ray token, what Slurm says of the job, and
 /// a notice in the job's stderr for each head that dropped out before.
-async fn take_office(shared: &Shared, ip: IpAddr, dropped: &Dropped) -> Result<HeadPorts, End> {
+async fn take_office(shared: &Shared, ip: IpAddr, ports: &NodePorts, dropped: &Dropped) -> Result<HeadPorts, End> {
     let spec = &shared.spec;
     let token = crate::secret::random_token().map_err(|e| fail(shared, format!("node fault: no random token: {e}")))?;
     let job = shared.launcher.slurm_job(spec.job_id).await;
-    let head_ports = HeadPorts::pick(ip).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
+    let head_ports = HeadPorts::pick(ip, ports).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
     publish(shared, |v| {
         v.set_phase(Phase::Starting);
         v.head_node = spec.node.clone();

@@ -10,9 +10,40 @@ use syndeo_protocol::env::JOB_MARKER;
 use crate::job::JobSpec;
 use crate::runtime::{Bind, ContainerSpec};
 
-/// A port the OS says is free on `ip` now.
-pub fn free_port(ip: IpAddr) -> Result<u16> {
-    Ok(TcpListener::bind((ip, 0))?.local_addr()?.port())
+/// Ports the OS says are free now, each distinct from the others picked
+/// and from `taken`. Every offered port stays held (bound) until the picking
+/// is done: released one by one, the OS may hand the same port out twice,
+/// and Ray refuses to start when two of its components are given one port.
+struct Picker<H> {
+    held: Vec<H>,
+    taken: Vec<u16>,
+}
+
+impl<H> Picker<H> {
+    fn new(taken: &[u16]) -> Picker<H> {
+        Picker { held: Vec::new(), taken: taken.to_vec() }
+    }
+
+    /// The first offered port not taken; a taken one stays held, so it is not offered again.
+    fn pick(&mut self, mut offer: impl FnMut() -> Result<(u16, H)>) -> Result<u16> {
+        for _ in 0..64 {
+            let (port, hold) = offer()?;
+            self.held.push(hold);
+            if !self.taken.contains(&port) {
+                self.taken.push(port);
+                return Ok(port);
+            }
+        }
+        anyhow::bail!("the OS kept offering ports already taken")
+    }
+}
+
+/// The OS's offer of a free port on `ip`, held by its listener.
+fn os_offer(ip: IpAddr) -> impl FnMut() -> Result<(u16, TcpListener)> {
+    move || {
+        let listener = TcpListener::bind((ip, 0))?;
+        Ok((listener.local_addr()?.port(), listener))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -25,12 +56,17 @@ pub struct NodePorts {
 
 impl NodePorts {
     pub fn pick(ip: IpAddr) -> Result<NodePorts> {
+        let mut p = Picker::new(&[]);
         Ok(NodePorts {
-            dashboard_agent: free_port(ip)?,
-            metrics_export: free_port(ip)?,
-            autoscaler_metrics: free_port(ip)?,
-            dashboard_metrics: free_port(ip)?,
+            dashboard_agent: p.pick(os_offer(ip))?,
+            metrics_export: p.pick(os_offer(ip))?,
+            autoscaler_metrics: p.pick(os_offer(ip))?,
+            dashboard_metrics: p.pick(os_offer(ip))?,
         })
+    }
+
+    fn all(&self) -> [u16; 4] {
+        [self.dashboard_agent, self.metrics_export, self.autoscaler_metrics, self.dashboard_metrics]
     }
 }
 
@@ -72,10 +108,12 @@ pub struct HeadPorts {
 }
 
 impl HeadPorts {
-    /// The client server listens on loopback too: its port is free on every address.
-    pub fn pick(ip: IpAddr) -> Result<HeadPorts> {
+    /// Distinct from each other and from this node's `ports`. The client
+    /// server listens on loopback too: its port is free on every address.
+    pub fn pick(ip: IpAddr, ports: &NodePorts) -> Result<HeadPorts> {
         let any = IpAddr::from([0u8, 0, 0, 0]);
-        Ok(HeadPorts { gcs: free_port(ip)?, dashboard: free_port(ip)?, client: free_port(any)? })
+        let mut p = Picker::new(&ports.all());
+        Ok(HeadPorts { gcs: p.pick(os_offer(ip))?, dashboard: p.pick(os_offer(ip))?, client: p.pick(os_offer(any))? })
     }
 }
 
@@ -190,6 +228,28 @@ pub fn log_tail(spec: &JobSpec, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_offered_twice_or_already_taken_is_passed_over_and_held() {
+        let mut offers = [5, 5, 9, 7].into_iter();
+        let mut p: Picker<u16> = Picker::new(&[9]);
+        let mut offer = || Ok(offers.next().map(|o| (o, o)).expect("offers left"));
+        assert_eq!(p.pick(&mut offer).unwrap(), 5);
+        assert_eq!(p.pick(&mut offer).unwrap(), 7, "5 is picked already, 9 was taken before");
+        assert_eq!(p.held, [5, 5, 9, 7], "every offer is held until the picker is dropped");
+    }
+
+    #[test]
+    fn the_heads_ports_differ_from_each_other_and_from_the_nodes() {
+        let lo = IpAddr::from([127u8, 0, 0, 1]);
+        let node = NodePorts::pick(lo).unwrap();
+        let head = HeadPorts::pick(lo, &node).unwrap();
+        let mut all = node.all().to_vec();
+        all.extend([head.gcs, head.dashboard, head.client]);
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 7, "a port picked twice: {node:?} {head:?}");
+    }
 
     #[test]
     fn under_a_memory_limit_rays_monitor_keeps_a_margin_and_looks_often() {
