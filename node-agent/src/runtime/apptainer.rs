@@ -83,7 +83,9 @@ impl ContainerRuntime for Apptainer {
             }
             c.extend(["--bind".into(), v]);
         }
-        for (k, v) in &spec.env {
+        // With --home, Apptainer sets HOME itself and warns about an `--env
+        // HOME=` ("Overriding HOME ... is not permitted") in the job's output.
+        for (k, v) in spec.env.iter().filter(|(k, _)| !(k == "HOME" && spec.home.is_some())) {
             c.extend(["--env".into(), format!("{k}={v}")]);
         }
         c.extend(["--pwd".into(), spec.workdir.to_string_lossy().into_owned()]);
@@ -133,7 +135,7 @@ mod tests {
         ContainerSpec {
             image: "/images/ray.sif".into(),
             binds: vec![Bind::rw("/run/syndeo/9"), Bind { src: "/data".into(), dst: "/d".into(), ro: true }],
-            env: vec![("RAY_AUTH_MODE".into(), "token".into())],
+            env: vec![("HOME".into(), "/tmp/syndeo/9".into()), ("RAY_AUTH_MODE".into(), "token".into())],
             clean_env: true,
             workdir: "/home/u".into(),
             home: Some("/tmp/syndeo/9".into()),
@@ -145,7 +147,7 @@ mod tests {
     }
 
     #[test]
-    fn ray_container_is_contained_clean_with_its_own_pids_home_and_the_jobs_binds() {
+    fn ray_container_is_contained_clean_with_its_own_pids_home_not_an_env_home_and_the_jobs_binds() {
         let c = Apptainer { binary: "/usr/bin/apptainer".into() }
             .command(&ray_spec(), &["ray".into(), "start".into()])
             .unwrap();
