@@ -122,6 +122,45 @@ fn image_that_root_can_read_but_the_user_cannot_is_refused() {
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
 
+/// A sandbox another user owns (they could change it while the job runs
+/// it) fails the job naming the image and its owner; with Apptainer, so do a
+/// file that is not a SIF and a SIF cut short (its header is Apptainer's, so
+/// Apptainer itself finds the damage). None of them drains a node.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn another_users_sandbox_and_damaged_sifs_each_fail_the_job_naming_the_image() {
+    let shared = "/var/lib/syndeo-test-images";
+    let on_nodes = format!("{}{shared}", root_prefix());
+    let _ = std::fs::remove_dir_all(&on_nodes);
+    run(&["install", "-d", "-m", "0755", "-o", "root", &on_nodes]);
+    let theirs = format!("{on_nodes}/b-sandbox");
+    std::fs::create_dir_all(format!("{theirs}/usr/bin")).unwrap();
+    run(&["chown", "-R", &format!("{USER_B}:{USER_B}"), &theirs]);
+    let mut cases =
+        vec![(format!("{shared}/b-sandbox"), format!("image {shared}/b-sandbox belongs to another user ({USER_B})"))];
+    if runtime() == "apptainer" {
+        std::fs::write(format!("{on_nodes}/junk.sif"), "not an image\n".repeat(10)).unwrap();
+        cases.push((format!("{shared}/junk.sif"), format!("image {shared}/junk.sif is neither a SIF file")));
+        let mut head = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(std::fs::File::open(image()).unwrap(), 1 << 20), &mut head)
+            .unwrap();
+        std::fs::write(format!("{on_nodes}/cut.sif"), head).unwrap();
+        cases.push((format!("{shared}/cut.sif"), format!("the container of image {shared}/cut.sif ended early")));
+    }
+    for (image, says) in cases {
+        let dir = workdir(USER_A, "bad-image");
+        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        let state = job.wait(Duration::from_secs(180));
+        let out = job.output();
+        assert_ne!(state, "COMPLETED", "{image}: {out}");
+        assert!(!out.contains("SCRIPT RAN"), "{image}: {out}");
+        assert!(out.contains(&says), "{image}: wanted {says:?} in: {out}");
+        assert!(drained_nodes().is_empty(), "{image}: drained: {:?}", drained_nodes());
+        assert_clean(&job, USER_A);
+    }
+    let _ = std::fs::remove_dir_all(&on_nodes);
+}
+
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn shell_metacharacters_in_the_image_are_data_not_commands() {
