@@ -143,3 +143,13 @@ async fn a_call_for_another_job_id_is_refused_even_from_an_authenticated_peer() 
     assert_eq!(client.report(r).await.unwrap_err().code(), tonic::Code::PermissionDenied);
     assert!(head.reports.lock().await.is_empty(), "a refused report changed the cluster");
 }
+
+/// A large job's start is a burst of every agent's handshake at once: none
+/// of them is evicted as if it were a flood.
+#[test]
+fn every_node_of_a_large_job_may_handshake_at_once() {
+    for nodes in [2, 256, 4096] {
+        let l = admit::Limits::for_nodes(nodes);
+        assert!(l.max_pending >= nodes && l.max_pending >= 256, "{nodes} nodes: {l:?}");
+    }
+}
