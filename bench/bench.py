@@ -16,6 +16,7 @@ machine are noise; the ratios measured in one run are the result.
 """
 import argparse
 import datetime
+import functools
 import os
 import re
 import secrets
@@ -34,6 +35,21 @@ WORK = f"/home/{USER}/syndeo-bench"
 OUT = os.path.join(HERE, "out")
 NODES = open("/run/syndeo-minicluster/nodes").read().split()
 IP = {n: f"10.213.7.{10 + i}" for i, n in enumerate(NODES, 1)}
+# The release's root on the host ("" when the release is the host's own): its
+# Slurm's pid files, config and binaries are under it.
+_ROOT = open("/run/syndeo-minicluster/root").read().strip()
+ROOT = "" if _ROOT == "/" else _ROOT
+
+
+def cluster_config():
+    """The running minicluster's Slurm release, syndeo's runtime, and whether
+    Slurm's cgroup plugins are on: the figures hold for this configuration."""
+    state = lambda name: open(f"/run/syndeo-minicluster/{name}").read().strip()
+    root = state("root")
+    conf = open(f"{'' if root == '/' else root}/etc/syndeo/syndeo.toml").read()
+    runtime = "apptainer" if 'runtime = "apptainer"' in conf else "bubblewrap"
+    cgroups = "cgroups" if state("mode") == "cgroups" else "no cgroups"
+    return {"release": state("release"), "runtime": runtime, "cgroups": cgroups, "root": root}
 
 # The peers' last step to the point syndeo calls ready: Ray's own status (what
 # `ray status` prints, from the GCS at argv[1]) lists argv[2] nodes active.
@@ -87,6 +103,14 @@ def sh(argv, **kw):
     return subprocess.run(argv, capture_output=True, text=True, **kw)
 
 
+def slurm(argv, as_user=False):
+    """argv (a Slurm client) with the running release's own binaries, in
+    slurmctld's mount namespace (its root), as root or as USER in WORK."""
+    ctld = open(f"{ROOT}/run/slurmctld-syndeo.pid").read().strip()
+    user = ["/usr/sbin/runuser", "-u", USER, "--"] if as_user else []
+    return sh(["nsenter", "-t", ctld, "-m", f"--wdns={WORK}", "--", *user, *argv])
+
+
 def write_user_file(name, content):
     path = os.path.join(WORK, name)
     with open(path, "w") as f:
@@ -95,16 +119,26 @@ def write_user_file(name, content):
     return path
 
 
+@functools.lru_cache(maxsize=None)
+def node_cpus():
+    """The CPUs Slurm counts on a node. Every side gets all of them: Slurm's
+    jobs run --exclusive (with cgroups, a job of 1 CPU a node is confined to
+    one core, while bare Ray would use them all) and bare Ray is given as
+    many --num-cpus."""
+    m = re.search(r"CPUTot=(\d+)", slurm(["scontrol", "show", "node", NODES[0]]).stdout)
+    return int(m.group(1)) if m else 1
+
+
 def submit(args, script):
     path = write_user_file(f"job-{secrets.token_hex(3)}.sh", script)
-    r = sh(["runuser", "-u", USER, "--", "sbatch", "--parsable", "-o", "out-%j", "-e", "err-%j", *args, path], cwd=WORK)
+    r = slurm(["sbatch", "--parsable", "--exclusive", "-o", "out-%j", "-e", "err-%j", *args, path], as_user=True)
     if r.returncode != 0:
         raise SystemExit(f"sbatch failed: {r.stdout}{r.stderr}")
     return int(r.stdout.strip().split(";")[0])
 
 
 def job_state(jid):
-    r = sh(["scontrol", "show", "job", str(jid)])
+    r = slurm(["scontrol", "show", "job", str(jid)])
     m = re.search(r"JobState=(\S+)", r.stdout)
     return m.group(1) if m else ""
 
@@ -132,7 +166,7 @@ def job_out(jid):
 
 
 def slurmd_pid(node):
-    return int(open(f"/run/slurmd-{node}.pid").read().strip())
+    return int(open(f"{ROOT}/run/slurmd-{node}.pid").read().strip())
 
 
 def node_has(node, path):
@@ -179,6 +213,37 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+# ------------------------------------------------- Apptainer's own start cost
+
+def apptainer_start(image, reps):
+    """Seconds for `apptainer exec --contain IMAGE true` as the user in
+    node1's namespaces, from the SIF and from the sandbox directory it was
+    built from (the image path without `.sif`), taken in turn; and for a
+    bare `true` the same way (the floor). Apptainer's state goes to a
+    scratch directory, as syndeo's does, not to the user's home."""
+    state = os.path.join(WORK, "apptainer-state")
+    os.makedirs(state, exist_ok=True)
+    sh(["chown", f"{USER}:{USER}", state])
+    env = {"PATH": "/usr/bin:/bin", "HOME": WORK, "APPTAINER_CONFIGDIR": state, "APPTAINER_CACHEDIR": state}
+    sandbox = image[:-len(".sif")]
+    sides = {"sif": ["apptainer", "--quiet", "exec", "--contain", image, "/bin/true"],
+             "sandbox": ["apptainer", "--quiet", "exec", "--contain", sandbox, "/bin/true"],
+             "bare": ["/bin/true"]}
+    times = {k: [] for k in sides}
+    for i in range(reps + 2):
+        for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+            t = time.time()
+            p = as_user_in(NODES[0], sides[side], env)
+            out, _ = p.communicate()
+            took = time.time() - t
+            if p.returncode != 0:
+                raise SystemExit(f"apptainer start ({side}) failed: {out}")
+            if i >= 2:  # the first two of each side warm the page cache
+                times[side].append(took)
+    shutil.rmtree(state, ignore_errors=True)
+    return {k: median(v) for k, v in times.items()}
+
+
 # ---------------------------------------------------------------- 1. ready
 
 def syndeo_ready(image):
@@ -210,7 +275,7 @@ def bare_cluster(venv):
                 mark.split("=")[0]: mark.split("=")[1]}
 
     def common(node):
-        return ["--block", "--node-ip-address", IP[node], "--num-cpus", "1", "--num-gpus", "0",
+        return ["--block", "--node-ip-address", IP[node], "--num-cpus", str(node_cpus()), "--num-gpus", "0",
                 "--object-store-memory", str(512 << 20), "--temp-dir", f"/tmp/bench-{mark[-8:]}",
                 "--min-worker-port", "0", "--max-worker-port", "0", "--disable-usage-stats"]
 
@@ -271,7 +336,7 @@ def peer_job_ready(script):
     while time.time() - t0 < 300 and "T_READY" not in out and job_state(jid) in ("PENDING", "RUNNING", "CONFIGURING", ""):
         time.sleep(0.2)
         out = job_out(jid)[0]
-    sh(["scancel", str(jid)])
+    slurm(["scancel", str(jid)])
     wait_job(jid, limit=120)
     out, err = job_out(jid)
     for pid in processes_with_env(f"SLURM_JOB_ID={jid}"):  # anything of the job Slurm left
@@ -306,7 +371,7 @@ export RAY_gcs_rpc_server_connect_timeout_s=30
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)
 head_ip=$(getent ahostsv4 "$head" | awk 'NR == 1 {{print $1}}')
 srun --nodes=3 --ntasks-per-node=1 ray symmetric-run --address "$head_ip:{port}" --min-nodes 3 \\
-    --num-cpus 1 --object-store-memory {512 << 20} -- \\
+    --num-cpus {node_cpus()} --object-store-memory {512 << 20} -- \\
     python3 {ready_check_file()} "$head_ip:{port}" 3
 """
 
@@ -323,12 +388,12 @@ head_node=${{nodes_array[0]}}
 head_node_ip=$(getent hosts "$head_node" | awk '{{print $1}}')
 ip_head=$head_node_ip:{port}
 srun --nodes=1 --ntasks=1 -w "$head_node" ray start --head --node-ip-address="$head_node_ip" --port={port} \\
-    --num-cpus 1 --include-dashboard false --temp-dir /tmp/bench-tp{port} --block &
+    --num-cpus {node_cpus()} --include-dashboard false --temp-dir /tmp/bench-tp{port} --block &
 sleep 10
 worker_num=$((SLURM_JOB_NUM_NODES - 1))
 for ((i = 1; i <= worker_num; i++)); do
     node_i=${{nodes_array[$i]}}
-    srun --nodes=1 --ntasks=1 -w "$node_i" ray start --address "$ip_head" --num-cpus 1 --temp-dir /tmp/bench-tp{port} --block &
+    srun --nodes=1 --ntasks=1 -w "$node_i" ray start --address "$ip_head" --num-cpus {node_cpus()} --temp-dir /tmp/bench-tp{port} --block &
     sleep 5
 done
 python3 {ready_check_file()} "$ip_head" 3
@@ -341,7 +406,7 @@ def srun_latency(n):
     xs = []
     for _ in range(n):
         t = time.time()
-        r = sh(["runuser", "-u", USER, "--", "srun", "-N1", "-n1", "true"], cwd=WORK)
+        r = slurm(["srun", "-N1", "-n1", "true"], as_user=True)
         if r.returncode != 0:
             raise SystemExit(f"srun true failed: {r.stderr}")
         xs.append(time.time() - t)
@@ -354,7 +419,7 @@ def restart_slurm():
         raise SystemExit(f"minicluster restart failed: {r.stderr}")
 
 
-PLUGSTACK_D = "/etc/slurm/plugstack.conf.d"
+PLUGSTACK_D = f"{ROOT}/etc/slurm/plugstack.conf.d"
 
 
 def use_plugins(side, empty_plugin):
@@ -455,7 +520,7 @@ def throughput_pair(image, venv, rounds):
         return rates, cpu
     finally:
         if jid is not None:
-            sh(["scancel", str(jid)])
+            slurm(["scancel", str(jid)])
             wait_job(jid, limit=120)
         bare_stop(procs, mark)
         shutil.rmtree(d, ignore_errors=True)
@@ -561,6 +626,11 @@ def main():
     cpu_syndeo, cpu_bare = (cpu[side] / tasks * 1000 for side in ("syndeo", "bare"))
     log("bench: mesh scale (simulated agents on loopback)")
     mesh = mesh_scale(a.mesh_bench, a.reps)
+    cfg = cluster_config()
+    start = None
+    if cfg["runtime"] == "apptainer" and a.image.endswith(".sif"):
+        log("bench: Apptainer's own start cost")
+        start = apptainer_start(a.image, a.srun_reps // 2)
 
     med = {k: median(v) for k, v in ready.items()}
     # The ratios: the median of each repetition's own ratio.
@@ -570,8 +640,8 @@ def main():
         "template/syndeo": median([p / s for p, s in zip(ready["sleep template"], ready["syndeo"])]),
     }
     lines = [
-        f"syndeo benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, 3-node minicluster, Ray 2.60, bubblewrap, "
-        f"{a.reps} repetitions (medians)",
+        f"syndeo benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, 3-node minicluster, Slurm {cfg['release']} "
+        f"({cfg['cgroups']}), Ray 2.60, {cfg['runtime']}, {a.reps} repetitions (medians)",
         "",
         "| measurement | syndeo | peer | ratio |",
         "|---|---|---|---|",
@@ -593,6 +663,12 @@ def main():
         f"{tput_syndeo:.0f}/s | {tput_bare:.0f}/s | syndeo/bare {tput_syndeo / tput_bare:.2f} |",
         f"| CPU per 1,000 of those tasks, whole machine | {cpu_syndeo:.2f} s | {cpu_bare:.2f} s | "
         f"syndeo/bare {cpu_syndeo / cpu_bare:.2f} |",
+    ] + ([
+        f"| Apptainer's own start, `apptainer exec --contain IMAGE true`: SIF vs its sandbox directory | "
+        f"{start['sif'] * 1000:.0f} ms | {start['sandbox'] * 1000:.0f} ms | sif/sandbox "
+        f"{start['sif'] / start['sandbox']:.2f} (SIF over a bare `true`, {start['bare'] * 1000:.0f} ms: "
+        f"+{(start['sif'] - start['bare']) * 1000:.0f} ms) |",
+    ] if start else []) + [
         "",
         "Ready ratios are the median of each repetition's own ratio; the sides ran in alternating order.",
         "Every repetition (seconds): " + "; ".join(f"{k}: {', '.join(f'{x:.2f}' for x in v)}" for k, v in ready.items()),
@@ -618,27 +694,52 @@ def main():
     print(f"throughput ratio syndeo/bare: {tput_syndeo / tput_bare:.2f}")
     print(f"mesh scale 4096 nodes: {mesh[4096][0]:.2f} s, {mesh[4096][1]:.2f} messages per node "
           f"(1024 nodes: {mesh[1024][0]:.2f} s, {mesh[1024][1]:.2f})")
-    png = os.path.join(OUT, "ready.png")
+    png = os.path.join(OUT, f"ready-{config_key(cfg)}.png")
     plot(list(ready.items()), png)
-    write_benchmarks_md(lines, a, time.time() - started)
+    write_benchmarks_md(lines, a, cfg, time.time() - started)
     log(f"bench: plot {png}; BENCHMARKS.md updated; took {time.time() - started:.0f} s")
 
 
-def write_benchmarks_md(lines, a, took):
-    with open(os.path.join(REPO, "BENCHMARKS.md"), "w") as f:
-        f.write(f"""# Benchmarks
+def config_key(cfg):
+    return f"slurm-{cfg['release']}-{cfg['runtime']}-{cfg['cgroups'].replace(' ', '-')}"
 
-Made by `bench/run --reps {a.reps} --srun-reps {a.srun_reps}` ({a.tput_reps} pairs of clusters for throughput; took {took:.0f} s), which rewrites this file. Every figure
-comes from one run on the 3-node minicluster: a real Slurm 22.05 with 3 slurmd in network,
-UTS and mount namespaces on one 2-core machine, and Ray 2.60. syndeo ran through the
-bubblewrap runtime. Absolute times on this shared machine are noise. The ratios, measured
-side by side in the same run, are the result. Benchmarks never fail CI.
+
+def write_benchmarks_md(lines, a, cfg, took):
+    """BENCHMARKS.md keeps one section per configuration (release, runtime,
+    cgroups); this run replaces its own and leaves the others."""
+    path = os.path.join(REPO, "BENCHMARKS.md")
+    try:
+        old = open(path).read()
+    except OSError:
+        old = ""
+    sections = dict(re.findall(r"<!-- bench: (\S+) -->\n(.*?)<!-- end -->\n", old, re.S))
+    key = config_key(cfg)
+    sections[key] = (
+        f"## Slurm {cfg['release']}, {cfg['runtime']}, {cfg['cgroups']}\n\n"
+        f"Made by `bench/run --reps {a.reps} --srun-reps {a.srun_reps}` ({a.tput_reps} pairs of clusters for "
+        f"throughput; took {took:.0f} s) on {time.strftime('%Y-%m-%d')}.\n\n"
+        + "\n".join(lines) + f"\n\n![ready time](bench/out/ready-{key}.png)\n\n"
+    )
+    with open(path, "w") as f:
+        f.write("""# Benchmarks
+
+Made by `bench/run`, which rewrites its configuration's section of this file. Every figure
+comes from one run on the 3-node minicluster: a real Slurm with 3 slurmd in network, UTS
+and mount namespaces on one 2-core machine, and Ray 2.60; each section names the Slurm
+release, syndeo's container runtime and whether Slurm's cgroup plugins were on. Absolute
+times on this shared machine are noise. The ratios, measured side by side in the same run,
+are the result. Benchmarks never fail CI.
 
 """)
-        f.write("\n".join(lines) + "\n")
+        for k in sorted(sections):
+            f.write(f"<!-- bench: {k} -->\n{sections[k]}<!-- end -->\n")
         f.write("""
 ## How each figure is obtained
 
+- **Resources, for every side**: all of each node's CPUs. Slurm's jobs (syndeo's and the
+  peers') run `--exclusive`: with Slurm's cgroup plugins a job of one CPU a node is
+  confined to one core, while bare Ray would use them all. Every Ray gets `--num-cpus`
+  equal to the node's CPUs.
 - **Ready, for every side**: Ray's own status (what `ray status` prints) lists all
   3 nodes active; by then a SPREAD wave reaches every node. Every side runs Ray's
   monitor with `AUTOSCALER_UPDATE_INTERVAL_S=1`, as syndeo does. The sides run in
@@ -680,6 +781,11 @@ side by side in the same run, are the result. Benchmarks never fail CI.
   about 0.3 ms here, against 0.06 ms for the empty plugin; 0.2 ms of that is libgcc_s,
   the unwinder Rust's standard library needs, which Slurm's processes do not otherwise
   load.
+- **Apptainer's start** (with Apptainer only): `apptainer --quiet exec --contain IMAGE
+  /bin/true` as the user in node1's namespaces, from the SIF and from the sandbox directory
+  it was built from, and a bare `/bin/true` the same way, taken in turn; the first two of
+  each are not counted. This is the cost Apptainer adds to every container syndeo starts
+  (each node's Ray, every `srun --syndeo` step).
 - **mesh scale**: the `mesh_bench` example of the agent library (node-agent/examples, which
   the packages never have) runs N agents' real lifecycle in one process, each with its own
   mesh server on 127.10.x.y and its job directory on tmpfs; the launcher is a no-op that
@@ -693,9 +799,9 @@ side by side in the same run, are the result. Benchmarks never fail CI.
   machine's busy CPU time (`/proc/stat`, all processes) during each side's rounds, per
   1,000 tasks. The idle other cluster costs both sides the same. The rate moves by about
   10% from round to round on these shared cores, and by more from one cluster to the
-  next, hence several pairs of fresh clusters.
-
-![ready time](bench/out/ready.png)
+  next, hence several pairs of fresh clusters. The bare side's Ray runs on the nodes' own
+  Python (3.11 on bookworm, 3.13 on trixie, 3.14 on sid) and syndeo's on the image's
+  (3.11), so on 24.11 and 26.05 the two sides differ by their Python too.
 """)
 
 
