@@ -33,23 +33,28 @@ REPO = os.path.dirname(HERE)
 MC = os.path.join(REPO, "tests/cluster/minicluster")
 WORK = f"/home/{USER}/syndeo-bench"
 OUT = os.path.join(HERE, "out")
-NODES = open("/run/syndeo-minicluster/nodes").read().split()
+
+
+def mc_state(name):
+    """A file of the running minicluster's state (nodes, release, root, mode)."""
+    return open(f"/run/syndeo-minicluster/{name}").read().strip()
+
+
+NODES = mc_state("nodes").split()
 IP = {n: f"10.213.7.{10 + i}" for i, n in enumerate(NODES, 1)}
 # The release's root on the host ("" when the release is the host's own): its
 # Slurm's pid files, config and binaries are under it.
-_ROOT = open("/run/syndeo-minicluster/root").read().strip()
-ROOT = "" if _ROOT == "/" else _ROOT
+ROOT = mc_state("root").rstrip("/")
 
 
 def cluster_config():
     """The running minicluster's Slurm release, syndeo's runtime, and whether
     Slurm's cgroup plugins are on: the figures hold for this configuration."""
-    state = lambda name: open(f"/run/syndeo-minicluster/{name}").read().strip()
-    root = state("root")
-    conf = open(f"{'' if root == '/' else root}/etc/syndeo/syndeo.toml").read()
+    conf = open(f"{ROOT}/etc/syndeo/syndeo.toml").read()
     runtime = "apptainer" if 'runtime = "apptainer"' in conf else "bubblewrap"
-    cgroups = "cgroups" if state("mode") == "cgroups" else "no cgroups"
-    return {"release": state("release"), "runtime": runtime, "cgroups": cgroups, "root": root}
+    cgroups = "cgroups" if mc_state("mode") == "cgroups" else "no cgroups"
+    return {"release": mc_state("release"), "runtime": runtime, "cgroups": cgroups}
+
 
 # The peers' last step to the point syndeo calls ready: Ray's own status (what
 # `ray status` prints, from the GCS at argv[1]) lists argv[2] nodes active.
