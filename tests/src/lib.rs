@@ -260,7 +260,22 @@ pub fn assert_clean(job: &Job, user: &str) {
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
 
+/// A batch script that says when it ran: a job syndeo fails never runs it.
+pub const SCRIPT_RAN: &str = "#!/bin/sh\necho SCRIPT RAN\n";
+
 impl Job {
+    /// Waits (up to `limit`) for a job of [`SCRIPT_RAN`] that syndeo must
+    /// fail: it ends other than COMPLETED, its script never ran, and its
+    /// output says `says`. Returns the output, for the caller's own checks.
+    pub fn assert_refused(&self, limit: Duration, says: &str) -> String {
+        let state = self.wait(limit);
+        let out = self.output();
+        assert_ne!(state, "COMPLETED", "job {}: {out}", self.id);
+        assert!(!out.contains("SCRIPT RAN"), "job {}: the script ran: {out}", self.id);
+        assert!(out.contains(says), "job {}: wanted {says:?} in: {out}", self.id);
+        out
+    }
+
     /// Waits until Slurm says the job runs.
     pub fn wait_running(&self, limit: Duration) {
         let t = Instant::now();

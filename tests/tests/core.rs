@@ -67,12 +67,8 @@ fn batch_job_gets_a_three_node_ray_cluster_and_leaves_nothing_behind() {
 #[ignore = "needs the minicluster (tests/run)"]
 fn missing_image_fails_the_job_with_its_path_and_drains_no_node() {
     let dir = workdir(USER_A, "missing");
-    let job = sbatch(USER_A, &dir, &["-N2", "--syndeo=/nonexistent/ray-image"], "#!/bin/sh\necho SCRIPT RAN\n");
-    let state = job.wait(Duration::from_secs(120));
-    let out = job.output();
-    assert_ne!(state, "COMPLETED", "{out}");
-    assert!(!out.contains("SCRIPT RAN"), "the script ran without a cluster: {out}");
-    assert!(out.contains("image /nonexistent/ray-image does not exist"), "{out}");
+    let job = sbatch(USER_A, &dir, &["-N2", "--syndeo=/nonexistent/ray-image"], SCRIPT_RAN);
+    job.assert_refused(Duration::from_secs(120), "image /nonexistent/ray-image does not exist");
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
     assert!(leftovers(job.id, USER_A).is_empty(), "{:?}", leftovers(job.id, USER_A));
 }

@@ -55,12 +55,11 @@ fn epilog_cleans_up_after_an_agent_killed_with_sigkill_and_one_frozen() {
 fn image_without_ray_fails_the_job_with_the_fix_and_drains_no_node() {
     let noray = image_without_ray();
     let dir = workdir(USER_A, "noray");
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={noray}")], "#!/bin/sh\necho SCRIPT RAN\n");
-    let state = job.wait(Duration::from_secs(180));
-    let out = job.output();
-    assert_ne!(state, "COMPLETED", "{out}");
-    assert!(!out.contains("SCRIPT RAN"), "{out}");
-    assert!(out.contains("the image has no `ray` command on its PATH; install Ray in the image"), "{out}");
+    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={noray}")], SCRIPT_RAN);
+    job.assert_refused(
+        Duration::from_secs(180),
+        "the image has no `ray` command on its PATH; install Ray in the image",
+    );
     assert_clean(&job, USER_A);
 }
 

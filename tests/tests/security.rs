@@ -113,12 +113,8 @@ fn image_that_root_can_read_but_the_user_cannot_is_refused() {
     run(&["install", "-d", "-m", "0700", "-o", "root", &on_nodes]);
     run(&["ln", "-sfn", &image, &format!("{on_nodes}/ray")]);
     let dir = workdir(USER_A, "private-image");
-    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={private}/ray")], "#!/bin/sh\necho SCRIPT RAN\n");
-    let state = job.wait(Duration::from_secs(120));
-    let out = job.output();
-    assert_ne!(state, "COMPLETED", "{out}");
-    assert!(!out.contains("SCRIPT RAN"), "{out}");
-    assert!(out.contains(&format!("image {private}/ray is not readable by you")), "{out}");
+    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={private}/ray")], SCRIPT_RAN);
+    job.assert_refused(Duration::from_secs(120), &format!("image {private}/ray is not readable by you"));
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
 
@@ -149,13 +145,8 @@ fn another_users_sandbox_and_damaged_sifs_each_fail_the_job_naming_the_image() {
     }
     for (image, says) in cases {
         let dir = workdir(USER_A, "bad-image");
-        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
-        let state = job.wait(Duration::from_secs(180));
-        let out = job.output();
-        assert_ne!(state, "COMPLETED", "{image}: {out}");
-        assert!(!out.contains("SCRIPT RAN"), "{image}: {out}");
-        assert!(out.contains(&says), "{image}: wanted {says:?} in: {out}");
-        assert!(drained_nodes().is_empty(), "{image}: drained: {:?}", drained_nodes());
+        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], SCRIPT_RAN);
+        job.assert_refused(Duration::from_secs(180), &says);
         assert_clean(&job, USER_A);
     }
     let _ = std::fs::remove_dir_all(&on_nodes);
