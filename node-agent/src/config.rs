@@ -38,6 +38,12 @@ pub struct Config {
     /// 1024, so that root binds them for the agents and no user can squat
     /// them (net.ipv4.ip_unprivileged_port_start must stay above HIGH).
     pub mesh_ports: String,
+    /// Ports for Ray's fixed listeners (GCS, dashboard, client server,
+    /// dashboard agent, metrics), "LOW-HIGH", picked free per node. Kept out
+    /// of the kernel's ephemeral range (net.ipv4.ip_local_port_range), from
+    /// which no connection and no bind to port 0 can take a picked port
+    /// before Ray binds it.
+    pub ray_ports: String,
     /// Seconds from job start until the cluster must be ready.
     pub startup_timeout: u64,
     /// Seconds a node waits for a lower-ranked node's agent before passing over it.
@@ -88,6 +94,7 @@ impl Default for Config {
             default_image: String::new(),
             allowed_image_dirs: vec![],
             mesh_ports: "600-999".into(),
+            ray_ports: "20000-32767".into(),
             startup_timeout: 300,
             head_timeout: 20,
             min_nodes: 0,
@@ -119,6 +126,7 @@ impl Config {
         let invalid = |message: String| ConfigError::Invalid { path: path.into(), message };
         let c: Config = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
         c.check_mesh_ports_privileged().map_err(invalid)?;
+        c.ray_port_range().map_err(invalid)?;
         for (name, p) in [("temp_base", &c.temp_base), ("shm_base", &c.shm_base), ("site_key", &c.site_key)] {
             if !p.is_absolute() {
                 return Err(invalid(format!("{name} must be an absolute path, got {}", p.display())));
@@ -155,19 +163,26 @@ impl Config {
     /// The mesh's port range. A site's file must name privileged ports
     /// (checked in `parse`); simulated nodes use unprivileged ones.
     pub fn mesh_port_range(&self) -> Result<(u16, u16), String> {
-        let bad = || {
+        port_range(&self.mesh_ports, 1).map_err(|_| {
             format!(
                 "mesh_ports must be \"LOW-HIGH\" with 1 <= LOW <= HIGH <= 1023 (privileged ports, which no user \
                  can squat), got \"{}\"",
                 self.mesh_ports
             )
-        };
-        let (lo, hi) = self.mesh_ports.split_once('-').ok_or_else(bad)?;
-        let (lo, hi): (u16, u16) = (lo.trim().parse().map_err(|_| bad())?, hi.trim().parse().map_err(|_| bad())?);
-        if lo == 0 || hi < lo {
-            return Err(bad());
+        })
+    }
+
+    /// The range Ray's fixed ports are picked from: unprivileged, and room
+    /// for a few jobs' seven ports each.
+    pub fn ray_port_range(&self) -> Result<(u16, u16), String> {
+        match port_range(&self.ray_ports, 1024) {
+            Ok((lo, hi)) if hi - lo >= 63 => Ok((lo, hi)),
+            _ => Err(format!(
+                "ray_ports must be \"LOW-HIGH\" with 1024 <= LOW and at least 64 ports, outside \
+                 net.ipv4.ip_local_port_range; got \"{}\"",
+                self.ray_ports
+            )),
         }
-        Ok((lo, hi))
     }
 
     fn check_mesh_ports_privileged(&self) -> Result<(), String> {
@@ -187,6 +202,16 @@ impl Config {
             n => n,
         }
     }
+}
+
+/// "LOW-HIGH" with `min` <= LOW <= HIGH.
+fn port_range(text: &str, min: u16) -> Result<(u16, u16), ()> {
+    let (lo, hi) = text.split_once('-').ok_or(())?;
+    let (lo, hi): (u16, u16) = (lo.trim().parse().map_err(|_| ())?, hi.trim().parse().map_err(|_| ())?);
+    if lo < min.max(1) || hi < lo {
+        return Err(());
+    }
+    Ok((lo, hi))
 }
 
 #[cfg(test)]
@@ -228,6 +253,9 @@ mod tests {
     fn bad_values_are_errors() {
         assert!(parse("runtime = \"docker\"").is_err());
         assert!(parse("mesh_ports = \"9-5\"").is_err());
+        assert!(parse("ray_ports = \"80-8000\"").is_err(), "privileged ports");
+        assert!(parse("ray_ports = \"20000-20010\"").is_err(), "too few ports");
+        assert_eq!(parse("ray_ports = \"20000-20063\"").unwrap().ray_port_range().unwrap(), (20000, 20063));
         let e = parse("mesh_ports = \"45000-45999\"").unwrap_err().to_string();
         assert!(e.contains("privileged"), "unprivileged mesh ports could be squatted by users: {e}");
         assert!(parse("stop_grace = 3600").unwrap_err().to_string().contains("over its limit"));

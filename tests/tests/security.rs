@@ -321,6 +321,11 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
         client_a != client_b && !client_a.ends_with(":10001") && !client_b.ends_with(":10001"),
         "{client_a} {client_b}"
     );
+    // Picked from ray_ports (20000-32767), below the kernel's ephemeral range.
+    for addr in [&url_a, &url_b, &client_a, &client_b] {
+        let port: u16 = addr.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        assert!((20000..=32767).contains(&port), "{addr} is not in ray_ports");
+    }
 
     // A's dashboard: B, with its own token or none, is refused; A's token is served.
     // (Ray answers 401 to a request without a token, 403 to a wrong one.)

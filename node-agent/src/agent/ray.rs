@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use syndeo_protocol::env::JOB_MARKER;
+use tracing::warn;
 
 use crate::job::JobSpec;
 use crate::runtime::{Bind, ContainerSpec};
@@ -38,12 +39,65 @@ impl<H> Picker<H> {
     }
 }
 
-/// The OS's offer of a free port on `ip`, held by its listener.
-fn os_offer(ip: IpAddr) -> impl FnMut() -> Result<(u16, TcpListener)> {
-    move || {
-        let listener = TcpListener::bind((ip, 0))?;
-        Ok((listener.local_addr()?.port(), listener))
+/// Where a job's Ray ports come from on this node: `ray_ports` less the
+/// kernel's ephemeral range (whence connections and binds to port 0 take
+/// ports unasked, so a picked port stays free until Ray binds it), scanned
+/// from a block of the job's own, so that jobs starting together on a node
+/// pick apart.
+pub struct PortSource {
+    ports: Vec<u16>,
+    start: usize,
+}
+
+/// Ports per job's block: a node's four and the head's three fit.
+const BLOCK: usize = 8;
+
+impl PortSource {
+    pub fn for_job(spec: &JobSpec) -> PortSource {
+        let range = spec.config.ray_port_range().unwrap_or((20000, 32767));
+        PortSource::new(range, ephemeral_range(), spec.job_id)
     }
+
+    fn new((lo, hi): (u16, u16), ephemeral: Option<(u16, u16)>, job_id: u32) -> PortSource {
+        let all: Vec<u16> = (lo..=hi).collect();
+        let outside: Vec<u16> =
+            all.iter().copied().filter(|p| !ephemeral.is_some_and(|(a, b)| (a..=b).contains(p))).collect();
+        let ports = if outside.is_empty() {
+            warn!(
+                "ray_ports {lo}-{hi} lies inside the ephemeral range {ephemeral:?} \
+                 (net.ipv4.ip_local_port_range): another process may take a picked port before Ray binds it"
+            );
+            all
+        } else {
+            outside
+        };
+        let blocks = (ports.len() / BLOCK).max(1);
+        PortSource { start: job_id as usize % blocks * BLOCK, ports }
+    }
+
+    /// The next free port on `ip` from the job's block on, held by its listener.
+    fn offer(&self, ip: IpAddr) -> impl FnMut() -> Result<(u16, TcpListener)> + '_ {
+        let mut tried = 0;
+        move || {
+            while tried < self.ports.len() {
+                let port = self.ports[(self.start + tried) % self.ports.len()];
+                tried += 1;
+                match TcpListener::bind((ip, port)) {
+                    Ok(listener) => return Ok((port, listener)),
+                    Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            anyhow::bail!("every port of ray_ports is in use on {ip}")
+        }
+    }
+}
+
+/// The kernel's ephemeral port range in this network namespace.
+fn ephemeral_range() -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = text.split_whitespace().map(|w| w.parse::<u16>().ok());
+    Some((it.next()??, it.next()??))
 }
 
 #[derive(Debug, Clone)]
@@ -55,13 +109,13 @@ pub struct NodePorts {
 }
 
 impl NodePorts {
-    pub fn pick(ip: IpAddr) -> Result<NodePorts> {
+    pub fn pick(ip: IpAddr, from: &PortSource) -> Result<NodePorts> {
         let mut p = Picker::new(&[]);
         Ok(NodePorts {
-            dashboard_agent: p.pick(os_offer(ip))?,
-            metrics_export: p.pick(os_offer(ip))?,
-            autoscaler_metrics: p.pick(os_offer(ip))?,
-            dashboard_metrics: p.pick(os_offer(ip))?,
+            dashboard_agent: p.pick(from.offer(ip))?,
+            metrics_export: p.pick(from.offer(ip))?,
+            autoscaler_metrics: p.pick(from.offer(ip))?,
+            dashboard_metrics: p.pick(from.offer(ip))?,
         })
     }
 
@@ -110,10 +164,14 @@ pub struct HeadPorts {
 impl HeadPorts {
     /// Distinct from each other and from this node's `ports`. The client
     /// server listens on loopback too: its port is free on every address.
-    pub fn pick(ip: IpAddr, ports: &NodePorts) -> Result<HeadPorts> {
+    pub fn pick(ip: IpAddr, from: &PortSource, ports: &NodePorts) -> Result<HeadPorts> {
         let any = IpAddr::from([0u8, 0, 0, 0]);
         let mut p = Picker::new(&ports.all());
-        Ok(HeadPorts { gcs: p.pick(os_offer(ip))?, dashboard: p.pick(os_offer(ip))?, client: p.pick(os_offer(any))? })
+        Ok(HeadPorts {
+            gcs: p.pick(from.offer(ip))?,
+            dashboard: p.pick(from.offer(ip))?,
+            client: p.pick(from.offer(any))?,
+        })
     }
 }
 
@@ -240,15 +298,27 @@ mod tests {
     }
 
     #[test]
-    fn the_heads_ports_differ_from_each_other_and_from_the_nodes() {
+    fn the_heads_ports_differ_from_each_other_and_from_the_nodes_and_skip_busy_ones() {
         let lo = IpAddr::from([127u8, 0, 0, 1]);
-        let node = NodePorts::pick(lo).unwrap();
-        let head = HeadPorts::pick(lo, &node).unwrap();
+        let from = PortSource::new((43100, 43299), None, 5);
+        assert_eq!(from.start, 40, "job 5's block");
+        let busy = TcpListener::bind((lo, 43141)).unwrap();
+        let node = NodePorts::pick(lo, &from).unwrap();
+        let head = HeadPorts::pick(lo, &from, &node).unwrap();
+        drop(busy);
         let mut all = node.all().to_vec();
         all.extend([head.gcs, head.dashboard, head.client]);
-        all.sort_unstable();
-        all.dedup();
-        assert_eq!(all.len(), 7, "a port picked twice: {node:?} {head:?}");
+        assert_eq!(all, [43140, 43142, 43143, 43144, 43145, 43146, 43147], "{node:?} {head:?}");
+    }
+
+    #[test]
+    fn ray_ports_leave_out_the_ephemeral_range_and_jobs_start_in_blocks_of_their_own() {
+        let from = PortSource::new((30000, 33999), Some((32768, 60999)), 3);
+        assert_eq!((from.ports.len(), from.ports[from.ports.len() - 1]), (2768, 32767));
+        assert_eq!(from.start, 24);
+        assert_ne!(PortSource::new((30000, 33999), None, 4).start, PortSource::new((30000, 33999), None, 5).start);
+        let inside = PortSource::new((40000, 40099), Some((32768, 60999)), 1);
+        assert_eq!(inside.ports.len(), 100, "all inside: the range as it is, rather than none");
     }
 
     #[test]
