@@ -31,8 +31,7 @@ pub struct ContainerLauncher;
 impl Launcher for ContainerLauncher {
     fn launch(&self, spec: &JobSpec, runtime: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
         let image = check_node(spec, runtime)?;
-        let ports = NodePorts::pick(ip, &ray::PortSource::for_job(spec))
-            .map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
+        let ports = NodePorts::pick(ip, spec).map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
         let script = write_launcher(spec)?;
         let cs = ray::ray_container(spec, &image, &ports);
         let argv = runtime.command(&cs, &["python3".into(), script.to_string_lossy().into_owned()])?;

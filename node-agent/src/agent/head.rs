@@ -130,8 +130,8 @@ async fn take_office(shared: &Shared, ip: IpAddr, ports: &NodePorts, dropped: &D
     let spec = &shared.spec;
     let token = crate::secret::random_token().map_err(|e| fail(shared, format!("node fault: no random token: {e}")))?;
     let job = shared.launcher.slurm_job(spec.job_id).await;
-    let head_ports = HeadPorts::pick(ip, &ray::PortSource::for_job(spec), ports)
-        .map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
+    let head_ports =
+        HeadPorts::pick(ip, spec, ports).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
     publish(shared, |v| {
         v.set_phase(Phase::Starting);
         v.head_node = spec.node.clone();

@@ -101,8 +101,7 @@ impl Launcher for NoopLauncher {
     fn launch(&self, spec: &JobSpec, _: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
         let (tx, events) = mpsc::channel(4);
         tx.try_send(Event::LauncherReady).expect("room in a fresh channel");
-        let ports = NodePorts::pick(ip, &super::ray::PortSource::for_job(spec))
-            .map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
+        let ports = NodePorts::pick(ip, spec).map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
         Ok(Launched { ray: Box::new(NoopRay(tx)), events, ports })
     }
 

@@ -44,7 +44,7 @@ impl<H> Picker<H> {
 /// ports unasked, so a picked port stays free until Ray binds it), scanned
 /// from a block of the job's own, so that jobs starting together on a node
 /// pick apart.
-pub struct PortSource {
+struct PortSource {
     ports: Vec<u16>,
     start: usize,
 }
@@ -53,9 +53,9 @@ pub struct PortSource {
 const BLOCK: usize = 8;
 
 impl PortSource {
-    pub fn for_job(spec: &JobSpec) -> PortSource {
-        let range = spec.config.ray_port_range().unwrap_or((20000, 32767));
-        PortSource::new(range, ephemeral_range(), spec.job_id)
+    fn for_job(spec: &JobSpec) -> Result<PortSource> {
+        let range = spec.config.ray_port_range().map_err(anyhow::Error::msg)?;
+        Ok(PortSource::new(range, ephemeral_range(), spec.job_id))
     }
 
     fn new((lo, hi): (u16, u16), ephemeral: Option<(u16, u16)>, job_id: u32) -> PortSource {
@@ -109,7 +109,12 @@ pub struct NodePorts {
 }
 
 impl NodePorts {
-    pub fn pick(ip: IpAddr, from: &PortSource) -> Result<NodePorts> {
+    /// Free ports on `ip` for this node's Ray (see `PortSource`).
+    pub fn pick(ip: IpAddr, spec: &JobSpec) -> Result<NodePorts> {
+        NodePorts::pick_from(ip, &PortSource::for_job(spec)?)
+    }
+
+    fn pick_from(ip: IpAddr, from: &PortSource) -> Result<NodePorts> {
         let mut p = Picker::new(&[]);
         Ok(NodePorts {
             dashboard_agent: p.pick(from.offer(ip))?,
@@ -164,7 +169,11 @@ pub struct HeadPorts {
 impl HeadPorts {
     /// Distinct from each other and from this node's `ports`. The client
     /// server listens on loopback too: its port is free on every address.
-    pub fn pick(ip: IpAddr, from: &PortSource, ports: &NodePorts) -> Result<HeadPorts> {
+    pub fn pick(ip: IpAddr, spec: &JobSpec, ports: &NodePorts) -> Result<HeadPorts> {
+        HeadPorts::pick_from(ip, &PortSource::for_job(spec)?, ports)
+    }
+
+    fn pick_from(ip: IpAddr, from: &PortSource, ports: &NodePorts) -> Result<HeadPorts> {
         let any = IpAddr::from([0u8, 0, 0, 0]);
         let mut p = Picker::new(&ports.all());
         Ok(HeadPorts {
@@ -303,8 +312,8 @@ mod tests {
         let from = PortSource::new((43100, 43299), None, 5);
         assert_eq!(from.start, 40, "job 5's block");
         let busy = TcpListener::bind((lo, 43141)).unwrap();
-        let node = NodePorts::pick(lo, &from).unwrap();
-        let head = HeadPorts::pick(lo, &from, &node).unwrap();
+        let node = NodePorts::pick_from(lo, &from).unwrap();
+        let head = HeadPorts::pick_from(lo, &from, &node).unwrap();
         drop(busy);
         let mut all = node.all().to_vec();
         all.extend([head.gcs, head.dashboard, head.client]);

@@ -103,7 +103,7 @@ mod tests {
 
     use super::*;
     use crate::agent::launcher::{Event, Launched, NoopLauncher, RayNode, SlurmJob};
-    use crate::agent::ray::{NodePorts, PortSource};
+    use crate::agent::ray::NodePorts;
     use crate::agent::state::Role;
     use crate::fault::Fault;
     use crate::job::JobSpec;
@@ -149,11 +149,7 @@ mod tests {
             let (tx, events) = mpsc::channel(4);
             tx.try_send(Event::LauncherReady).unwrap();
             let fail = spec.node == self.failing && n == 1;
-            Ok(Launched {
-                ray: Box::new(ScriptedRay { tx, fail }),
-                events,
-                ports: NodePorts::pick(ip, &PortSource::for_job(spec)).unwrap(),
-            })
+            Ok(Launched { ray: Box::new(ScriptedRay { tx, fail }), events, ports: NodePorts::pick(ip, spec).unwrap() })
         }
 
         fn slurm_job(&self, _: u32) -> BoxFuture<'static, SlurmJob> {
