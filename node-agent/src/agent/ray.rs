@@ -309,15 +309,16 @@ mod tests {
     #[test]
     fn the_heads_ports_differ_from_each_other_and_from_the_nodes_and_skip_busy_ones() {
         let lo = IpAddr::from([127u8, 0, 0, 1]);
-        let from = PortSource::new((43100, 43299), None, 5);
+        // Below the ephemeral range: no connection of the host takes one meanwhile.
+        let from = PortSource::new((23100, 23299), None, 5);
         assert_eq!(from.start, 40, "job 5's block");
-        let busy = TcpListener::bind((lo, 43141)).unwrap();
+        let busy = TcpListener::bind((lo, 23141)).unwrap();
         let node = NodePorts::pick_from(lo, &from).unwrap();
         let head = HeadPorts::pick_from(lo, &from, &node).unwrap();
         drop(busy);
         let mut all = node.all().to_vec();
         all.extend([head.gcs, head.dashboard, head.client]);
-        assert_eq!(all, [43140, 43142, 43143, 43144, 43145, 43146, 43147], "{node:?} {head:?}");
+        assert_eq!(all, [23140, 23142, 23143, 23144, 23145, 23146, 23147], "{node:?} {head:?}");
     }
 
     #[test]
