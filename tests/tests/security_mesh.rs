@@ -37,9 +37,10 @@ fn assert_a_worked(a: &Job) {
 
 /// B holds every predictable port on node1 (A's head) and node2 (a worker)
 /// before A's job starts: every unprivileged port outside the kernel's
-/// ephemeral range, Ray's default ports and syndeo's former mesh range. A's
-/// agents meet on a privileged port root bound for them, and Ray's ports are
-/// the kernel's picks: A's cluster forms, and not one connection reaches B.
+/// ephemeral range (all of ray_ports with it), Ray's default ports and
+/// syndeo's former mesh range. A's agents meet on a privileged port root bound
+/// for them, and with ray_ports all held, Ray's ports are the kernel's picks:
+/// A's cluster forms, and not one connection reaches B.
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn squatting_every_predictable_port_on_the_head_and_a_worker_captures_nothing_and_the_cluster_forms() {

@@ -1,6 +1,7 @@
 //! Ray on this node, as data: the `ray start` arguments (every port and
 //! directory per job, so two jobs on a node never collide) and the container
 //! Ray runs in. Nothing here starts a process.
+use std::cell::Cell;
 use std::net::{IpAddr, TcpListener};
 use std::path::Path;
 
@@ -43,10 +44,13 @@ impl<H> Picker<H> {
 /// kernel's ephemeral range (whence connections and binds to port 0 take
 /// ports unasked, so a picked port stays free until Ray binds it), scanned
 /// from a block of the job's own, so that jobs starting together on a node
-/// pick apart.
+/// pick apart. When every one is held (another user squats them), the
+/// kernel's picks: the job starts, with the old, short race.
 struct PortSource {
     ports: Vec<u16>,
     start: usize,
+    /// How far the scan went: the ports before were picked or busy.
+    scanned: Cell<usize>,
 }
 
 /// Ports per job's block: a node's four and the head's three fit.
@@ -72,23 +76,27 @@ impl PortSource {
             outside
         };
         let blocks = (ports.len() / BLOCK).max(1);
-        PortSource { start: job_id as usize % blocks * BLOCK, ports }
+        PortSource { start: job_id as usize % blocks * BLOCK, ports, scanned: Cell::new(0) }
     }
 
-    /// The next free port on `ip` from the job's block on, held by its listener.
+    /// The next free port on `ip` from where the scan stands, else the
+    /// kernel's pick; held by its listener.
     fn offer(&self, ip: IpAddr) -> impl FnMut() -> Result<(u16, TcpListener)> + '_ {
-        let mut tried = 0;
         move || {
-            while tried < self.ports.len() {
-                let port = self.ports[(self.start + tried) % self.ports.len()];
-                tried += 1;
+            while self.scanned.get() < self.ports.len() {
+                let port = self.ports[(self.start + self.scanned.get()) % self.ports.len()];
+                self.scanned.set(self.scanned.get() + 1);
                 match TcpListener::bind((ip, port)) {
                     Ok(listener) => return Ok((port, listener)),
                     Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
                     Err(e) => return Err(e.into()),
                 }
             }
-            anyhow::bail!("every port of ray_ports is in use on {ip}")
+            if self.scanned.replace(usize::MAX) != usize::MAX {
+                warn!("every port of ray_ports is in use on {ip}; Ray gets ports the kernel picks");
+            }
+            let listener = TcpListener::bind((ip, 0))?;
+            Ok((listener.local_addr()?.port(), listener))
         }
     }
 }
@@ -329,6 +337,22 @@ mod tests {
         assert_ne!(PortSource::new((30000, 33999), None, 4).start, PortSource::new((30000, 33999), None, 5).start);
         let inside = PortSource::new((40000, 40099), Some((32768, 60999)), 1);
         assert_eq!(inside.ports.len(), 100, "all inside: the range as it is, rather than none");
+    }
+
+    #[test]
+    fn when_another_user_holds_every_port_of_ray_ports_the_kernel_picks_them() {
+        let lo = IpAddr::from([127u8, 0, 0, 1]);
+        let from = PortSource::new((23300, 23363), None, 2);
+        let squatted: Vec<TcpListener> = (23300..=23363).filter_map(|p| TcpListener::bind((lo, p)).ok()).collect();
+        assert_eq!(squatted.len(), 64, "the test's ports are free");
+        let node = NodePorts::pick_from(lo, &from).unwrap();
+        let head = HeadPorts::pick_from(lo, &from, &node).unwrap();
+        let mut all = node.all().to_vec();
+        all.extend([head.gcs, head.dashboard, head.client]);
+        assert!(all.iter().all(|p| !(23300..=23363).contains(p)), "{all:?}");
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 7, "{node:?} {head:?}");
     }
 
     #[test]
