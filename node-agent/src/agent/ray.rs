@@ -63,18 +63,14 @@ impl PortSource {
     }
 
     fn new((lo, hi): (u16, u16), ephemeral: Option<(u16, u16)>, job_id: u32) -> PortSource {
-        let all: Vec<u16> = (lo..=hi).collect();
-        let outside: Vec<u16> =
-            all.iter().copied().filter(|p| !ephemeral.is_some_and(|(a, b)| (a..=b).contains(p))).collect();
-        let ports = if outside.is_empty() {
+        let mut ports: Vec<u16> = (lo..=hi).filter(|p| !ephemeral.is_some_and(|(a, b)| (a..=b).contains(p))).collect();
+        if ports.is_empty() {
             warn!(
                 "ray_ports {lo}-{hi} lies inside the ephemeral range {ephemeral:?} \
                  (net.ipv4.ip_local_port_range): another process may take a picked port before Ray binds it"
             );
-            all
-        } else {
-            outside
-        };
+            ports = (lo..=hi).collect();
+        }
         let blocks = (ports.len() / BLOCK).max(1);
         PortSource { start: job_id as usize % blocks * BLOCK, ports, scanned: Cell::new(0) }
     }
