@@ -1,11 +1,13 @@
 //! What the job's cgroup allows this node's Ray, read by the agent (which
 //! lives in the job's extern step when Slurm's cgroup plugins run): the CPUs
 //! of its cpuset and the memory limit of the nearest cgroup that sets one.
-//! Ray gets exactly these (`--num-cpus`, `--memory`), and its container sees
+//! Ray gets these (`--num-cpus`, `--memory`), and its container sees
 //! that memory cgroup as its own `/sys/fs/cgroup/memory`, so that Ray's
 //! memory monitor stops a task before the kernel's OOM killer would, and the
 //! driver gets Ray's out-of-memory error. cgroup v1 and v2 both; on a node
-//! without cgroup limits (no Slurm cgroup plugins) everything is None.
+//! without cgroup limits (no Slurm cgroup plugins) the memory is None and
+//! the cpuset is the whole node's (Ray's CPUs are capped by Slurm's count,
+//! `ray::ray_cpus`).
 use std::path::{Path, PathBuf};
 
 /// A limit above this is "no limit" (v1 says 9223372036854771712).

@@ -146,7 +146,7 @@ fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts, memory_mb: Option<
         "--max-worker-port",
         "0",
         "--num-cpus",
-        &spec.cgroup.cpus.unwrap_or(spec.cpus).to_string(),
+        &ray_cpus(spec).to_string(),
         "--num-gpus",
         &spec.gpus.len().to_string(),
         "--temp-dir",
@@ -158,6 +158,13 @@ fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts, memory_mb: Option<
     .collect();
     a.extend(crate::alloc::ray_memory_args(spec.config.object_store_mb, memory_mb));
     a
+}
+
+/// Ray's CPUs on this node: Slurm's allocation, or fewer when the cpuset
+/// allows fewer. The cpuset alone is not the job's: without Slurm's cgroup
+/// plugins it is the whole node's.
+fn ray_cpus(spec: &JobSpec) -> u32 {
+    spec.cgroup.cpus.map_or(spec.cpus, |c| c.min(spec.cpus))
 }
 
 /// The head's ports beside the GCS: the dashboard's (bound even when the
@@ -389,6 +396,19 @@ mod tests {
         assert!(has("--include-dashboard", "false") && has("--node-ip-address", "10.0.0.1"), "{a:?}");
         // Never Ray's default 10001, which every job on the node would share.
         assert!(has("--ray-client-server-port", "23456") && has("--port", "6379"), "{a:?}");
+    }
+
+    #[test]
+    fn ray_gets_slurms_cpus_for_the_node_and_never_more_than_its_cpuset() {
+        let mut s = spec();
+        s.cpus = 1;
+        s.cgroup.cpus = Some(2);
+        assert_eq!(ray_cpus(&s), 1, "no cgroup plugins: the cpuset is the whole node's");
+        s.cgroup.cpus = None;
+        assert_eq!(ray_cpus(&s), 1);
+        s.cpus = 4;
+        s.cgroup.cpus = Some(3);
+        assert_eq!(ray_cpus(&s), 3);
     }
 
     #[test]
