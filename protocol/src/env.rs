@@ -78,3 +78,36 @@ mod tests {
         }
     }
 }
+
+/// In Ray's container: the ports the agent holds for the job's Ray
+/// (`agent/ports.rs`), whose binds the preload library lets join the
+/// holders. Written by [`held_ports_value`], read by [`is_held_port`].
+pub const HELD_PORTS: &str = "SYNDEO_HELD_PORTS";
+
+/// The value of [`HELD_PORTS`] for `ports`.
+pub fn held_ports_value(ports: &[u16]) -> String {
+    ports.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Whether `port` is listed in a value of [`HELD_PORTS`]; port 0 (the
+/// kernel's pick) never is.
+pub fn is_held_port(value: &[u8], port: u16) -> bool {
+    port != 0
+        && value
+            .split(|b| *b == b',')
+            .any(|p| std::str::from_utf8(p).ok().and_then(|s| s.trim().parse().ok()) == Some(port))
+}
+
+#[cfg(test)]
+mod held_ports_tests {
+    use super::*;
+
+    #[test]
+    fn the_held_ports_the_agent_writes_are_the_ones_the_preload_library_reads() {
+        let v = held_ports_value(&[20001, 31000]);
+        assert!(is_held_port(v.as_bytes(), 20001) && is_held_port(v.as_bytes(), 31000));
+        assert!(!is_held_port(v.as_bytes(), 2000) && !is_held_port(held_ports_value(&[]).as_bytes(), 20001));
+        assert!(!is_held_port(b"0,20001", 0), "port 0 is the kernel's pick, never held");
+        assert!(!is_held_port(b"x,y", 20001));
+    }
+}

@@ -113,6 +113,7 @@ fn deb_and_rpm_are_built_for_the_running_slurm_and_the_installed_deb_runs_the_jo
     for f in [
         "/usr/lib64/slurm/syndeo.so",
         "/usr/libexec/syndeo/syndeo-agent",
+        "/usr/libexec/syndeo/syndeo-preload.so",
         "/etc/slurm/plugstack.conf.d/syndeo.conf",
         "/etc/syndeo/syndeo.toml",
         "/usr/share/man/man1/syndeo.1.gz",

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 use super::launcher::{parse_event, parse_ready, parse_sees, Event, Launched, Launcher, RayNode, SlurmJob};
+use super::ports;
 use super::ray::{self, NodePorts};
 use super::ray_version::ImageRay;
 use crate::fault::Fault;
@@ -31,9 +32,10 @@ pub struct ContainerLauncher;
 impl Launcher for ContainerLauncher {
     fn launch(&self, spec: &JobSpec, runtime: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
         let image = check_node(spec, runtime)?;
-        let ports = NodePorts::pick(ip, spec).map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
+        let ports = NodePorts::pick(spec).map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
         let script = write_launcher(spec)?;
-        let cs = ray::ray_container(spec, &image, &ports);
+        let preload = copy_preload(spec)?;
+        let cs = ray::ray_container(spec, &image, preload.as_deref());
         let argv = runtime.command(&cs, &["python3".into(), script.to_string_lossy().into_owned()])?;
         let (process, events) = RayProcess::spawn(&argv, &runtime.process_env(&cs), spec)?;
         Ok(Launched { ray: Box::new(process), events, ports })
@@ -70,6 +72,19 @@ fn write_launcher(spec: &JobSpec) -> Result<PathBuf, Fault> {
     std::fs::write(&path, LAUNCHER_SCRIPT)
         .map_err(|e| Fault::node(format!("writing the launcher script {}: {e}", path.display())))?;
     Ok(path)
+}
+
+/// Copies syndeo's preload library into the job's temp dir, for Ray's
+/// container (`ports.rs`); None when the agent's install has none (Ray's
+/// ports are then let go before `ray start`, as for an image that cannot load it).
+fn copy_preload(spec: &JobSpec) -> Result<Option<PathBuf>, Fault> {
+    let Some(lib) = ports::preload_library() else {
+        warn!("no {} beside the agent: Ray's ports are free between pick and bind", ports::PRELOAD_NAME);
+        return Ok(None);
+    };
+    ports::copy_preload(&lib, &spec.temp_dir)
+        .map(Some)
+        .map_err(|e| Fault::node(format!("copying {} into {}: {e}", lib.display(), spec.temp_dir.display())))
 }
 
 /// The container running the launcher script: its stdin takes `ray start`'s
@@ -144,10 +159,12 @@ impl RayNode for RayProcess {
         .boxed()
     }
 
-    /// Hands the launcher the `ray start` arguments and the auth token.
-    fn start<'a>(&'a mut self, args: &'a [String], token: &'a str) -> BoxFuture<'a, Result<(), String>> {
+    /// Hands the launcher the `ray start` arguments and Ray's environment.
+    fn start<'a>(&'a mut self, args: &'a [String], env: &'a [(String, String)]) -> BoxFuture<'a, Result<(), String>> {
         async move {
-            let line = serde_json::json!({ "args": args, "env": { "RAY_AUTH_TOKEN": token } }).to_string() + "\n";
+            let env: serde_json::Map<String, serde_json::Value> =
+                env.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+            let line = serde_json::json!({ "args": args, "env": env }).to_string() + "\n";
             let stdin = self.stdin.as_mut().ok_or("the launcher's stdin is closed")?;
             stdin.write_all(line.as_bytes()).await.map_err(|e| e.to_string())?;
             stdin.flush().await.map_err(|e| e.to_string())

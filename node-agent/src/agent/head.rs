@@ -1,5 +1,5 @@
 //! The head's part: make the cluster's Ray token, start the Ray head, publish
-//! the GCS address as soon as it accepts connections, and derive the cluster's
+//! the GCS address as soon as the GCS, this job's own, listens, and derive the cluster's
 //! phase from the workers' reports until it is ready, or failed. A head whose
 //! Ray fails before the cluster is ready steps down (REELECT) instead.
 use std::net::IpAddr;
@@ -14,6 +14,7 @@ use super::launcher::Event;
 use super::mesh::{self, pb::cluster_view::Phase};
 use super::node_ray::{job_notice, start_ray, started, StartFailure};
 use super::part::{Dropped, End, Prepared};
+use super::ports;
 use super::ray::{self, HeadPorts, NodePorts};
 use super::state::Shared;
 use super::view::{self, publish, publish_failure};
@@ -130,8 +131,7 @@ async fn take_office(shared: &Shared, ip: IpAddr, ports: &NodePorts, dropped: &D
     let spec = &shared.spec;
     let token = crate::secret::random_token().map_err(|e| fail(shared, format!("node fault: no random token: {e}")))?;
     let job = shared.launcher.slurm_job(spec.job_id).await;
-    let head_ports =
-        HeadPorts::pick(ip, spec, ports).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
+    let head_ports = HeadPorts::pick(spec, ports).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
     publish(shared, |v| {
         v.set_phase(Phase::Starting);
         v.head_node = spec.node.clone();
@@ -166,7 +166,7 @@ async fn start_head(
     let spec = &shared.spec;
     let own_memory = spec.cgroup.memory_mb.or_else(|| shared.view.borrow().memory_mb.get(&spec.node).copied());
     let args = ray::head_args(spec, ip, head_ports, ports, own_memory);
-    start_ray(shared, &args).await.map_err(|f| fail(shared, f.to_string()))?;
+    start_ray(shared, &args, ports).await.map_err(|f| fail(shared, f.to_string()))?;
     if let Err(f) = head_started(shared, ip, head_ports.gcs, events, t0).await {
         return Err(if f.loaded { step_down(shared, f.message) } else { fail(shared, f.message) });
     }
@@ -199,15 +199,14 @@ async fn head_started(
     let mut published = false;
     let result = {
         let head_started = started(shared, events, "Ray head");
-        let gcs_up = async {
-            while tokio::net::TcpStream::connect((ip, gcs)).await.is_err() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
+        let gcs_up = own_listener(ip, gcs);
         tokio::pin!(head_started, gcs_up);
         loop {
             tokio::select! {
-                _ = &mut gcs_up, if !published => {
+                own = &mut gcs_up, if !published => {
+                    if let Err(message) = own {
+                        return Err(StartFailure { message, loaded: true });
+                    }
                     info!("GCS up after {:?}; workers may start", t0.elapsed());
                     publish_address();
                     published = true;
@@ -220,6 +219,24 @@ async fn head_started(
         publish_address();
     }
     result
+}
+
+/// Waits until a listener takes connections to `ip:port`, read from the
+/// kernel's socket tables (nothing is sent to it); Ok if every such listener
+/// is this job's uid's, the GCS this head started (its port was held from
+/// its pick: `ports.rs`), else why not.
+async fn own_listener(ip: IpAddr, port: u16) -> Result<(), String> {
+    let me = nix::unistd::getuid().as_raw();
+    loop {
+        let uids = ports::listener_uids(ip, port);
+        if let Some(other) = uids.iter().find(|u| **u != me) {
+            return Err(format!("{ip}:{port}, the GCS's port, has a listener of uid {other}, not this job's"));
+        }
+        if !uids.is_empty() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn fail(shared: &Shared, msg: String) -> End {

@@ -6,7 +6,8 @@ Protocol with the node agent (lines on stdout; Ray's own output goes to stderr,
 which is the node's ray.log):
   SYNDEO_LAUNCHER_READY <json>   Ray is importable; waiting for `ray start` arguments.
                                  The JSON says what the image has: {"ray": version,
-                                 "python": version, "flags": [ray start's long options]}
+                                 "python": version, "flags": [ray start's long options],
+                                 "preload": whether syndeo's preload library loaded}
   SYNDEO_RAY_STARTED             `ray start` returned: this node joined the cluster
   SYNDEO_RAY_FAILED <message>    Ray could not start; the message says why
   SYNDEO_RAY_DIED                this node's raylet ended while the job ran
@@ -122,7 +123,21 @@ def image_facts(cli):
         flags = sorted({o for p in start.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")})
     except Exception:
         pass
-    return {"ray": getattr(ray, "__version__", "unknown"), "python": platform.python_version(), "flags": flags}
+    return {"ray": getattr(ray, "__version__", "unknown"), "python": platform.python_version(), "flags": flags,
+            "preload": preload_loaded()}
+
+
+def preload_loaded():
+    """Whether the preload library the agent named in LD_PRELOAD is mapped in
+    this process: then Ray's binds of the held ports join their holders."""
+    lib = os.environ.get("LD_PRELOAD", "")
+    if not lib:
+        return False
+    try:
+        with open("/proc/self/maps") as f:
+            return any(line.rstrip().endswith(lib) for line in f)
+    except OSError:
+        return False
 
 
 def client_port_if_supported(args):

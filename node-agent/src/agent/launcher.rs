@@ -38,7 +38,9 @@ pub trait RayNode: Send {
     /// What the image's Ray is, once the launcher loaded it; None if the
     /// container ended first (its events tell why).
     fn loaded(&mut self) -> BoxFuture<'_, Option<ImageRay>>;
-    fn start<'a>(&'a mut self, args: &'a [String], token: &'a str) -> BoxFuture<'a, Result<(), String>>;
+    /// `ray start ARGS` with `env` (the auth token, the ports' variables)
+    /// added to Ray's environment; `env` never reaches a command line.
+    fn start<'a>(&'a mut self, args: &'a [String], env: &'a [(String, String)]) -> BoxFuture<'a, Result<(), String>>;
     /// Head: waits (at most `limit`) until Ray's own status, read from the
     /// GCS at `gcs`, lists `nodes` nodes active; how many it listed, or why
     /// not. Stand-ins have no status to wait for.
@@ -88,7 +90,7 @@ impl RayNode for NoopRay {
         async { Some(ImageRay::stand_in()) }.boxed()
     }
 
-    fn start<'a>(&'a mut self, _: &'a [String], _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a mut self, _: &'a [String], _: &'a [(String, String)]) -> BoxFuture<'a, Result<(), String>> {
         async move { self.0.send(Event::Started).await.map_err(|_| "the no-op launcher is gone".to_string()) }.boxed()
     }
 
@@ -101,7 +103,7 @@ impl Launcher for NoopLauncher {
     fn launch(&self, spec: &JobSpec, _: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
         let (tx, events) = mpsc::channel(4);
         tx.try_send(Event::LauncherReady).expect("room in a fresh channel");
-        let ports = NodePorts::pick(ip, spec).map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
+        let ports = NodePorts::pick(spec).map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
         Ok(Launched { ray: Box::new(NoopRay(tx)), events, ports })
     }
 

@@ -18,6 +18,7 @@ mod local;
 mod mesh;
 mod node_ray;
 mod part;
+pub mod ports;
 pub mod ray;
 pub mod ray_version;
 pub mod simulate;

@@ -74,11 +74,12 @@ pub async fn started(shared: &Shared, events: &mut mpsc::Receiver<Event>, what: 
 }
 
 /// Starts this node's Ray with the cluster's token, which is also written to
-/// `ray_token` (0600, in the user's 0700 job dir) for the user's own tools.
-/// First the image's Ray must have loaded and pass `ray_version::check`; the
-/// arguments are fitted to its `ray start`. A container that ended before
-/// Ray loaded gets nothing: its events say why (`started`).
-pub async fn start_ray(shared: &Shared, args: &[String]) -> Result<(), Fault> {
+/// `ray_token` (0600, in the user's 0700 job dir) for the user's own tools,
+/// and the environment of its held `ports` (`ports.rs`). First the image's
+/// Ray must have loaded and pass `ray_version::check`; the arguments are
+/// fitted to its `ray start`. A container that ended before Ray loaded gets
+/// nothing: its events say why (`started`).
+pub async fn start_ray(shared: &Shared, args: &[String], ports: &ray::NodePorts) -> Result<(), Fault> {
     let token = shared.view.borrow().ray_token.clone();
     if token.is_empty() {
         return Err(Fault::node("the head sent no Ray auth token"));
@@ -103,7 +104,22 @@ pub async fn start_ray(shared: &Shared, args: &[String]) -> Result<(), Fault> {
     if let Ok(mut r) = shared.image_ray.lock() {
         *r = Some(found.clone());
     }
-    node.start(&args, &token)
+    if found.preload != Some(true) {
+        ports.holds.release();
+    }
+    if found.preload == Some(false) {
+        let node = &shared.spec.node;
+        job_notice(
+            shared,
+            &format!(
+                "syndeo: syndeo's preload library is not loaded in image {image} on {node} (it needs a glibc \
+                 image; see the agent's log), so Ray's ports there are free between their pick and Ray's bind"
+            ),
+        );
+    }
+    let mut env = ports.env();
+    env.push(("RAY_AUTH_TOKEN".into(), token));
+    node.start(&args, &env)
         .await
         .map_err(|e| Fault::node(format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node)))
 }

@@ -58,17 +58,21 @@ pub struct ImageRay {
     /// Every long option of the image's `ray start`; None: not known, pass
     /// every argument (the stand-in launcher of tests and benchmarks).
     pub flags: Option<BTreeSet<String>>,
+    /// Whether syndeo's preload library loaded in the launcher (`ports.rs`);
+    /// None: not said (the stand-in launcher).
+    #[serde(default)]
+    pub preload: Option<bool>,
 }
 
 impl ImageRay {
     /// What the stand-in launcher reports: the newest tier, every flag.
     pub fn stand_in() -> ImageRay {
-        ImageRay { ray: "2.60.0".into(), python: "3.11.2".into(), flags: None }
+        ImageRay { ray: "2.60.0".into(), python: "3.11.2".into(), flags: None, preload: None }
     }
 
     /// A ready line whose report could not be read: refused by `check`.
     pub fn unreadable() -> ImageRay {
-        ImageRay { ray: "unknown".into(), python: "unknown".into(), flags: None }
+        ImageRay { ray: "unknown".into(), python: "unknown".into(), flags: None, preload: None }
     }
 
     /// Python's major.minor, which a driver must share with the cluster.
@@ -152,7 +156,7 @@ mod tests {
     use super::*;
 
     fn ray(v: &str) -> ImageRay {
-        ImageRay { ray: v.into(), python: "3.11.2".into(), flags: None }
+        ImageRay { ray: v.into(), python: "3.11.2".into(), flags: None, preload: None }
     }
     const ALLOW: Policy = Policy { allow_unauthenticated: true };
     const DENY: Policy = Policy { allow_unauthenticated: false };

@@ -128,7 +128,7 @@ mod tests {
             async { Some(ImageRay::stand_in()) }.boxed()
         }
 
-        fn start<'a>(&'a mut self, _: &'a [String], _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        fn start<'a>(&'a mut self, _: &'a [String], _: &'a [(String, String)]) -> BoxFuture<'a, Result<(), String>> {
             let ev = if self.fail { Event::Failed("ray start failed (simulated)".into()) } else { Event::Started };
             async move { self.tx.send(ev).await.map_err(|e| e.to_string()) }.boxed()
         }
@@ -149,7 +149,7 @@ mod tests {
             let (tx, events) = mpsc::channel(4);
             tx.try_send(Event::LauncherReady).unwrap();
             let fail = spec.node == self.failing && n == 1;
-            Ok(Launched { ray: Box::new(ScriptedRay { tx, fail }), events, ports: NodePorts::pick(ip, spec).unwrap() })
+            Ok(Launched { ray: Box::new(ScriptedRay { tx, fail }), events, ports: NodePorts::pick(spec).unwrap() })
         }
 
         fn slurm_job(&self, _: u32) -> BoxFuture<'static, SlurmJob> {
