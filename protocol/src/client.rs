@@ -133,9 +133,10 @@ pub fn parse_reply<T: DeserializeOwned>(line: &str) -> Result<T, ClientError> {
     Ok(reply.body)
 }
 
-/// The note the root side left in `dir` instead of starting an agent, if
-/// any. The note is the user's file (their job directory): a link, a FIFO,
-/// a device or anything but a regular file is an error, never read.
+/// The note the root side left for the job of `dir` instead of starting an
+/// agent, if any (in root's notes directory, see [`JobDir::failed_note`]).
+/// The note is the user's file: a link, a FIFO, a device or anything but a
+/// regular file is an error, never read.
 pub fn read_failed_note(dir: &JobDir) -> Result<Option<String>, String> {
     let path = dir.failed_note();
     let file = std::fs::OpenOptions::new()
@@ -215,11 +216,13 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
 
+    /// A runtime base with job 7's directory and the notes directory in it.
     fn dir(name: &str) -> (PathBuf, JobDir) {
         let d = std::env::temp_dir().join(format!("syndeo-client-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        (d.clone(), JobDir::at(d))
+        std::fs::create_dir_all(d.join("7")).unwrap();
+        std::fs::create_dir_all(d.join(crate::layout::NOTES_DIR)).unwrap();
+        (d.clone(), JobDir::new(&d, 7))
     }
 
     /// An "agent" on the socket that reads one request and answers `reply`

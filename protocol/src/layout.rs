@@ -8,6 +8,10 @@ pub const DEFAULT_AGENT: &str = "/usr/libexec/syndeo/syndeo-agent";
 pub const DEFAULT_CONFIG: &str = "/etc/syndeo/syndeo.toml";
 /// The root-owned directory holding one runtime directory per job.
 pub const DEFAULT_RUNTIME_BASE: &str = "/run/syndeo";
+/// Root's directory of failure notes, under the runtime base: root-owned,
+/// mode 0711 (no user can create, rename or list anything there; each note
+/// is its job user's to read).
+pub const NOTES_DIR: &str = ".notes";
 
 /// One job's runtime directory on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,9 +38,14 @@ impl JobDir {
     }
 
     /// Left by the root side, in place of an agent, when the job cannot have
-    /// a cluster on this node: the reason, for the job's steps.
+    /// a cluster on this node: the reason, for the job's steps. It lies in
+    /// root's notes directory beside the job directory
+    /// (`<runtime base>/.notes/<job id>`), never in the job directory, where
+    /// the user could make that name first.
     pub fn failed_note(&self) -> PathBuf {
-        self.0.join("failed")
+        let name = self.0.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        let base = self.0.parent().unwrap_or(Path::new("/"));
+        base.join(NOTES_DIR).join(name)
     }
 
     /// The node agent's log.
@@ -71,6 +80,7 @@ mod tests {
         let d = JobDir::new(Path::new("/run/syndeo"), 42);
         assert_eq!(d.path(), Path::new("/run/syndeo/42"));
         assert_eq!(d.socket(), PathBuf::from("/run/syndeo/42/agent.sock"));
-        assert_eq!(d.failed_note(), PathBuf::from("/run/syndeo/42/failed"));
+        assert_eq!(d.failed_note(), PathBuf::from("/run/syndeo/.notes/42"));
+        assert_eq!(JobDir::at("/run/syndeo/42/").failed_note(), PathBuf::from("/run/syndeo/.notes/42"));
     }
 }

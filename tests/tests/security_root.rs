@@ -56,13 +56,16 @@ fn an_image_value_set_by_hand_in_the_environment_fails_that_job_with_a_syndeo_me
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
 
-/// The job's user puts a FIFO, then a link to /dev/zero, where slurmstepd
-/// reads syndeo's failure note, then replaces the agent's socket with one
-/// that never stops answering: each step fails at once with a message that
-/// names the problem; nothing hangs, slurmstepd survives, no node drains.
+/// The job's user puts a FIFO, then a link to /dev/zero, where syndeo's
+/// failure note used to lie (its job directory), and tries to make the note
+/// itself in root's notes directory, then replaces the agent's socket with
+/// one that never stops answering. The planted names are not syndeo's note
+/// (the steps run), the notes directory refuses the user, and the endless
+/// socket fails the step at once with a message; nothing hangs, slurmstepd
+/// survives, no node drains.
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
-fn hostile_files_where_slurmstepd_reads_fail_the_step_with_a_message_and_nothing_hangs() {
+fn hostile_files_in_the_job_directory_are_not_read_as_the_note_and_an_endless_socket_fails_the_step() {
     let image = image();
     let dir = workdir(USER_A, "hostile-files");
     attack_script(USER_A, &dir, "evil_socket.py");
@@ -73,6 +76,8 @@ timeout 60 srun -N1 -n1 -w node1 true; echo "FIFO_STEP=$?"
 rm -f $note; ln -s /dev/zero $note
 timeout 60 srun -N1 -n1 -w node1 true; echo "ZERO_STEP=$?"
 rm -f $note
+notes=$(dirname $SYNDEO_JOB_DIR)/.notes
+if mkfifo $notes/$SLURM_JOB_ID 2>/dev/null; then echo PLANTED_NOTE; else echo NOTE_REFUSED; fi
 python3 evil_socket.py $SYNDEO_JOB_DIR/agent.sock 90 &
 sleep 1
 timeout 60 srun -N1 -n1 -w node1 true; echo "EVIL_STEP=$?"
@@ -82,12 +87,13 @@ srun -N1 -n1 -w node2 sh -c 'echo FINE_ON=$(hostname)'
     let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], script);
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let (out, err) = (job.stdout(), job.stderr());
-    for step in ["FIFO_STEP", "ZERO_STEP", "EVIL_STEP"] {
-        let code = out.lines().find_map(|l| l.strip_prefix(&format!("{step}="))).unwrap_or("missing");
-        assert!(code != "0" && code != "124" && code != "missing", "{step}={code}: {}", job.output());
-    }
-    assert!(err.contains("is not a regular file"), "{err}");
-    assert!(err.contains("is a symbolic link"), "{err}");
+    let code =
+        |step: &str| out.lines().find_map(|l| l.strip_prefix(&format!("{step}="))).unwrap_or("missing").to_string();
+    assert_eq!(code("FIFO_STEP"), "0", "a FIFO in the job directory was taken for the note: {}", job.output());
+    assert_eq!(code("ZERO_STEP"), "0", "a link in the job directory was taken for the note: {}", job.output());
+    assert!(out.contains("NOTE_REFUSED") && !out.contains("PLANTED_NOTE"), "{}", job.output());
+    let evil = code("EVIL_STEP");
+    assert!(evil != "0" && evil != "124" && evil != "missing", "EVIL_STEP={evil}: {}", job.output());
     assert!(err.contains("over 64 KiB"), "{err}");
     assert!(out.contains("FINE_ON=node2"), "{}", job.output());
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
@@ -271,4 +277,51 @@ fn a_requeued_job_gets_a_fresh_cluster_with_fresh_secrets() {
     assert_ne!(first_secret, second_secret, "the requeued run kept its mesh secret");
     let left = leftovers(job.id, USER_A);
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
+}
+
+/// The job's own user, from another of their jobs on node1, races every name
+/// root creates (or once created) where they can write, for the next job
+/// ids, in a tight loop (`name_racer.py`): `failed` in each job's runtime
+/// directory the moment it appears (a file, a FIFO, a link), the note itself
+/// in root's notes directory, and the names the epilog's removal moves
+/// directories up under. Meanwhile jobs are refused in the prolog (the site
+/// configuration is broken) and then jobs run. Every refused job fails with
+/// its syndeo message, every other job runs, the user makes nothing in root's
+/// notes directory, and no node is drained.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn racing_the_names_root_creates_from_another_job_of_the_same_user_refuses_with_a_message_and_drains_no_node() {
+    let image = image();
+    let dir = workdir(USER_A, "name-racer");
+    attack_script(USER_A, &dir, "name_racer.py");
+    let racer = sbatch(
+        USER_A,
+        &dir,
+        &["-N1", "-w", "node1", "--mem=200M"],
+        "#!/bin/bash\npython3 name_racer.py $((SLURM_JOB_ID + 1)) 40 300\n",
+    );
+    let _cancel = CancelOnDrop(vec![racer.id]);
+    racer.wait_running(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(2));
+    {
+        let _broken = ConfigOverride::set("startup_timeout", "\"soon\"");
+        for i in 0..4 {
+            let d = workdir(USER_A, &format!("raced-refused-{i}"));
+            let job = sbatch(USER_A, &d, &["-N1", "-w", "node1", &format!("--syndeo={image}")], SCRIPT_RAN);
+            job.assert_refused(Duration::from_secs(120), "syndeo's site configuration is invalid");
+        }
+    }
+    for i in 0..2 {
+        let d = workdir(USER_A, &format!("raced-ran-{i}"));
+        let script = "#!/bin/sh\necho CLUSTER=$RAY_ADDRESS\n";
+        let job = sbatch(USER_A, &d, &["-N1", "-w", "node1", &format!("--syndeo={image}")], script);
+        assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
+        assert!(job.stdout().contains("CLUSTER=10.213.7."), "{}", job.output());
+    }
+    write_file(USER_A, &dir.join("stop"), "");
+    assert_eq!(racer.wait(Duration::from_secs(120)), "COMPLETED", "{}", racer.output());
+    let planted = |what: &str| racer.lines(&format!("{what} ")).first().and_then(|n| n.parse::<u64>().ok());
+    assert!(planted("PLANTED_FAILED").is_some_and(|n| n > 0), "the racer never planted: {}", racer.output());
+    assert_eq!(planted("PLANTED_NOTE"), Some(0), "the user made a name in root's notes dir: {}", racer.output());
+    assert!(drained_nodes().is_empty(), "racing root's names drained a node: {:?}", drained_nodes());
 }

@@ -22,7 +22,7 @@ use syndeo_protocol::env::JOB_MARKER;
 use super::dirs::open_dir_nofollow;
 use super::remove::remove_tree_at;
 use super::state::{ProcRecord, StateDir};
-use super::{logs, mounts, procs};
+use super::{logs, mounts, note, procs};
 use crate::cli::EpilogArgs;
 use crate::config::Config;
 
@@ -56,6 +56,9 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
     }
     if let Err(e) = StateDir::remove(&c.runtime_base, c.job) {
         left.push(format!("{}: {e:#}", c.runtime_base.join(super::state::JOBS_DIR).join(&name).display()));
+    }
+    if let Err(e) = note::clear(&c.runtime_base, c.job) {
+        left.push(format!("the job's note: {e:#}"));
     }
     for l in &left {
         eprintln!("not removed: {l}");

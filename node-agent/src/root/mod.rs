@@ -9,6 +9,7 @@ pub mod drain;
 pub mod epilog;
 pub mod logs;
 pub mod mounts;
+pub mod note;
 pub mod privdrop;
 pub mod procs;
 pub mod prolog;

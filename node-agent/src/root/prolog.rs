@@ -7,24 +7,22 @@
 //! from the job's extern step when Slurm has one (so that everything of the
 //! job's cluster lives in the job's cgroups), or right after this.
 //!
-//! A user's mistake leaves a note in the job's runtime directory, which the
-//! job's steps print, and the prolog succeeds: a failed prolog drains the
-//! node. Errors returned from here are node faults: the node is drained with
+//! A user's mistake leaves a note in root's notes directory (`note.rs`),
+//! which the job's steps print, and the prolog succeeds: a failed prolog
+//! drains the node. Errors returned from here are node faults: the node is drained with
 //! a reason that names the fault.
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
-use nix::fcntl::OFlag;
 use syndeo_protocol::env::{RLIMITS_RECORD, UMASK_RECORD};
 use syndeo_protocol::image::check_image_value;
 use syndeo_protocol::layout::JobDir;
 
-use super::dirs::{ensure_root_base, make_job_dir, open_dir_nofollow};
+use super::dirs::{ensure_root_base, make_job_dir};
 use super::privdrop::Identity;
 use super::state::{JobState, StateDir};
-use super::{drain, mounts, sitekey};
+use super::{drain, mounts, note, sitekey};
 use crate::cli::PrologArgs;
 use crate::config::Config;
 use crate::job::JobSpec;
@@ -90,35 +88,22 @@ fn check_job(a: &PrologArgs) -> std::result::Result<(), JobRefused> {
 /// and fail; the node stays in service), and in slurmd's log.
 fn refuse(a: &PrologArgs, id: &Identity, config: &Config, why: JobRefused) -> Result<()> {
     eprintln!("{}", why.0);
-    let dir = make_runtime_dir(&a.common.runtime_base, a.common.job, config, id.uid, id.gid)?;
-    write_failed_note(&dir, &why.0)
+    let base = &a.common.runtime_base;
+    make_runtime_dir(base, a.common.job, config, id.uid, id.gid)?;
+    note::write(base, a.common.job, (id.uid, id.gid), &why.0)
 }
 
 /// The job's runtime directory: a fresh tmpfs of `runtime_dir_mb`, the
 /// user's, mode 0700. A leftover of an earlier run of the same job id
-/// (a requeued job) goes first.
+/// (a requeued job), and its note, go first.
 fn make_runtime_dir(base: &Path, job: u32, config: &Config, uid: u32, gid: u32) -> Result<JobDir> {
     let dir = JobDir::new(base, job);
     let parent = ensure_root_base(base, 0o755)?;
+    note::clear(base, job)?;
     mounts::unmount(dir.path())?;
     make_job_dir(&parent, base, &job.to_string(), 0, 0)?;
     mounts::mount_tmpfs(dir.path(), config.runtime_dir_mb, uid, gid, false)?;
     Ok(dir)
-}
-
-/// Writes the note as root into the job's runtime tmpfs (never through a
-/// link; an existing entry of that name is an error); the user reads it.
-pub fn write_failed_note(dir: &JobDir, message: &str) -> Result<()> {
-    let root = open_dir_nofollow(dir.path())?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(OFlag::O_NOFOLLOW.bits())
-        .open(PathBuf::from(format!("/proc/self/fd/{}/failed", std::os::fd::AsRawFd::as_raw_fd(&root))))
-        .with_context(|| format!("writing {}", dir.failed_note().display()))?;
-    f.write_all(message.as_bytes())?;
-    Ok(())
 }
 
 /// The runtime dir (tmpfs), the temp dir (a directory, or a tmpfs with

@@ -7,7 +7,9 @@
 //! through a path: every step goes through a descriptor opened with
 //! `O_NOFOLLOW`, never through `..`, so a link, or a directory moved
 //! elsewhere meanwhile by another process of the user, can only lead root
-//! to what the user could remove themselves.
+//! to what the user could remove themselves. The names directories are
+//! moved up under carry a random tag drawn per removal, so the user cannot
+//! have made them first (and a name taken anyway is skipped, not a failure).
 use std::ffi::{OsStr, OsString};
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
@@ -85,7 +87,7 @@ pub fn remove_tree_at(parent: RawFd, name: &OsStr, shown: &Path, deadline: Insta
 /// after one slice of its entries is no failure); only what the last pass
 /// could not remove is reported.
 fn flatten(top: &DirFd, top_path: &Path, deadline: Instant, left: &mut Leftovers) {
-    let mut fresh = 0u64;
+    let mut fresh = Fresh::new();
     loop {
         let entries = match list(top.as_raw_fd()) {
             Ok(e) => e,
@@ -125,7 +127,7 @@ fn flatten(top: &DirFd, top_path: &Path, deadline: Instant, left: &mut Leftovers
 
 /// Unlinks `sub`'s files and moves its subdirectories up into `top`, a
 /// slice of entries at a time, until it is empty or a slice changes nothing.
-fn hoist(sub: &DirFd, top: &DirFd, sub_path: &Path, fresh: &mut u64, left: &mut Leftovers, pass: &mut Failures) {
+fn hoist(sub: &DirFd, top: &DirFd, sub_path: &Path, fresh: &mut Fresh, left: &mut Leftovers, pass: &mut Failures) {
     loop {
         let entries = match list(sub.as_raw_fd()) {
             Ok(e) => e,
@@ -142,10 +144,10 @@ fn hoist(sub: &DirFd, top: &DirFd, sub_path: &Path, fresh: &mut u64, left: &mut 
                 continue;
             }
             loop {
-                *fresh += 1;
-                let to = OsString::from(format!(".syndeo-rm-{fresh}"));
+                let to = fresh.next();
                 match renameat(Some(sub.as_raw_fd()), name.as_os_str(), Some(top.as_raw_fd()), to.as_os_str()) {
-                    Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => continue,
+                    // The name is taken (by something the user made): the next one.
+                    Err(Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR) => continue,
                     Err(e) => pass.push((sub_path.join(&name), format!("moving up: {e}"))),
                     Ok(()) => moved += 1,
                 }
@@ -159,6 +161,24 @@ fn hoist(sub: &DirFd, top: &DirFd, sub_path: &Path, fresh: &mut u64, left: &mut 
 }
 
 type Failures = Vec<(PathBuf, String)>;
+
+/// Fresh names in the top of the tree: `.syndeo-rm-<random tag>-<n>`.
+struct Fresh {
+    tag: String,
+    n: u64,
+}
+
+impl Fresh {
+    fn new() -> Fresh {
+        let tag = crate::secret::random_token().map(|t| t[..16].to_string());
+        Fresh { tag: tag.unwrap_or_else(|_| format!("{}", std::process::id())), n: 0 }
+    }
+
+    fn next(&mut self) -> OsString {
+        self.n += 1;
+        OsString::from(format!(".syndeo-rm-{}-{}", self.tag, self.n))
+    }
+}
 
 /// The entries of a directory (without `.` and `..`), and whether each is a
 /// directory (not following links).
@@ -266,6 +286,22 @@ mod tests {
         let left = remove(base.path(), "job");
         assert!(left.is_clean(), "{} failures, first {:?}", left.failures.len(), left.failures.first());
         assert!(!base.path().join("job").exists());
+    }
+
+    /// The user made names the removal once used (`.syndeo-rm-N`), as
+    /// files and links, in the top of their tree: they go like the rest.
+    #[test]
+    fn names_the_user_made_where_directories_are_moved_up_do_not_stop_the_removal() {
+        let base = tempfile::tempdir().unwrap();
+        let job = base.path().join("job");
+        std::fs::create_dir_all(job.join("a/b/c")).unwrap();
+        for n in 1..50 {
+            std::fs::write(job.join(format!(".syndeo-rm-{n}")), b"").unwrap();
+            std::os::unix::fs::symlink("/etc", job.join(format!(".syndeo-rm-x-{n}"))).unwrap();
+        }
+        let left = remove(base.path(), "job");
+        assert!(left.is_clean(), "{:?}", left.failures);
+        assert!(!job.exists());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -52,18 +53,18 @@ pub fn run(a: &StartArgs) -> Result<()> {
         return Ok(()); // the prolog refused the job here, and left a note
     };
     let state = dir.load()?;
-    let result = start(&dir, &state);
+    let result = start(&dir, &state, &c.runtime_base);
     if let Err(e) = &result {
         drain::drain(&state.spec.node, &format!("node fault starting the agent of job {}: {e:#}", c.job));
     }
     result
 }
 
-fn start(dir: &StateDir, state: &JobState) -> Result<()> {
+fn start(dir: &StateDir, state: &JobState, runtime_base: &Path) -> Result<()> {
     let spec = &state.spec;
     let listener = match bind_mesh(spec) {
         Ok(l) => l,
-        Err(Busy(msg)) => return leave_note(spec, &msg),
+        Err(Busy(msg)) => return leave_note(runtime_base, spec, &msg),
     };
     let sealed = seal_state(state)?;
     dup2(listener.as_raw_fd(), MESH_FD)?;
@@ -80,7 +81,8 @@ fn start(dir: &StateDir, state: &JobState) -> Result<()> {
     let jd = spec.dir();
     let deadline = Instant::now() + AGENT_START_LIMIT;
     while Instant::now() < deadline {
-        if jd.socket().exists() || jd.failed_note().exists() {
+        // Not following a link the user put in the socket's place.
+        if std::fs::symlink_metadata(jd.socket()).is_ok() || jd.failed_note().exists() {
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -212,7 +214,7 @@ fn supervisor_command(spec: &JobSpec) -> Command {
 
 /// The job cannot have its agent here: a note for its steps (as the prolog
 /// leaves for a user's mistake); the node stays in service.
-fn leave_note(spec: &JobSpec, message: &str) -> Result<()> {
+fn leave_note(runtime_base: &Path, spec: &JobSpec, message: &str) -> Result<()> {
     eprintln!("{message}");
-    super::prolog::write_failed_note(&spec.dir(), message)
+    super::note::write(runtime_base, spec.job_id, (spec.uid, spec.gid), message)
 }
