@@ -9,6 +9,7 @@ use syndeo_tests::*;
 /// A's driver: every node alive, a task on each.
 const DRIVER: &str = r#"#!/bin/bash
 echo "TOKEN=$RAY_AUTH_TOKEN"
+echo "ADDRESS=$RAY_ADDRESS"
 srun --syndeo -N1 -n1 python3 -c '
 import ray, socket
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
@@ -65,6 +66,43 @@ fn squatting_every_predictable_port_on_the_head_and_a_worker_captures_nothing_an
     assert_eq!(state, "COMPLETED", "{}", a.output());
     assert_eq!(accepted, ["0", "0"], "connections reached B's squatted ports");
     assert!(received.iter().all(|r| r.is_empty()), "B received: {received:?}");
+    assert_a_worked(&a);
+}
+
+/// Issue 26's attack, with what users bring (an image with `ray[default]`:
+/// the dashboard's agents and metrics listen on every node too): from before
+/// A's job starts until it ends, B's jobs on all three nodes bind, on the
+/// node's address, every port they see on another user's command line and
+/// every port another user's listener lets go. A's ports are held from their
+/// pick, so B goes for A's GCS port and gets it nowhere: A's cluster forms,
+/// and not one connection of A's reaches B.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_port_thief_watching_ps_and_released_ports_on_every_node_gets_no_call_and_the_cluster_forms() {
+    let dir_b = workdir(USER_B, "thief");
+    attack_script(USER_B, &dir_b, "port_thief.py");
+    let script = "#!/bin/bash\nsrun -N3 --ntasks-per-node=1 bash -c 'python3 port_thief.py $(hostname -i) 900'\n";
+    let b = sbatch(USER_B, &dir_b, &["-N3"], script);
+    let _cancel = CancelOnDrop(vec![b.id]);
+    b.wait_lines("THIEF READY", 3, Duration::from_secs(120));
+
+    let dir_a = workdir(USER_A, "robbed");
+    let a = sbatch(USER_A, &dir_a, &["-N3", &format!("--syndeo={}", image_with_ray_default())], DRIVER);
+    let state = a.wait(Duration::from_secs(300));
+    run(&["scancel", "--signal=TERM", &b.id.to_string()]);
+    let accepted = b.wait_lines("ACCEPTED ", 3, Duration::from_secs(60));
+    let bearer = b.wait_lines("BEARER ", 3, Duration::from_secs(10));
+    let tried = b.wait_lines("TRIED ", 3, Duration::from_secs(10));
+    b.wait(Duration::from_secs(120));
+
+    assert_eq!(state, "COMPLETED", "{}", a.output());
+    let gcs_port = a.lines("ADDRESS=").first().and_then(|a| a.rsplit(':').next().map(str::to_string));
+    let gcs_port = gcs_port.unwrap_or_else(|| panic!("no RAY_ADDRESS: {}", a.output()));
+    assert!(
+        tried.iter().all(|t| t.split(',').any(|p| p == gcs_port)),
+        "every thief saw A's GCS port {gcs_port} and went for it: {tried:?}"
+    );
+    assert_eq!(accepted, ["0", "0", "0"], "connections reached B's stolen ports (bearer: {bearer:?})");
     assert_a_worked(&a);
 }
 
