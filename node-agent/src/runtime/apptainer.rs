@@ -16,13 +16,18 @@
 //!   brings the driver's libraries); without nvidia-container-cli on the node,
 //!   syndeo binds the allocated GPUs' device files itself.
 //!
+//! - The container's environment, binds, home and work directory reach
+//!   Apptainer in its own environment (`APPTAINERENV_*`, `APPTAINER_BIND`,
+//!   `APPTAINER_HOME`, `APPTAINER_PWD`), which only the job's user and root
+//!   can read, not on its command line, which every user of the node can.
+//!
 //! An agent that dies closes its launcher's stdin, and the launcher ends
 //! everything in the container's PID namespace (Apptainer has no
 //! die-with-parent).
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{gpu_binds, ContainerRuntime, ContainerSpec};
+use super::{gpu_binds, Bind, ContainerRuntime, ContainerSpec};
 use crate::fault::Fault;
 
 pub struct Apptainer {
@@ -72,35 +77,55 @@ impl ContainerRuntime for Apptainer {
         if spec.own_pid_namespace {
             c.push("--pid".into());
         }
-        if let Some(home) = &spec.home {
-            c.extend(["--home".into(), home.to_string_lossy().into_owned()]);
-        }
         c.extend(self.gpu_args(spec, Path::new(NVCCLI).exists()));
-        for b in &spec.binds {
-            let mut v = format!("{}:{}", b.src.display(), b.dst.display());
-            if b.ro {
-                v.push_str(":ro");
-            }
-            c.extend(["--bind".into(), v]);
+        // Binds whose paths Apptainer's list cannot carry (a comma) stay here.
+        for b in spec.binds.iter().filter(|b| !listable(b)) {
+            c.extend(["--bind".into(), bind_arg(b)]);
         }
-        // With --home, Apptainer sets HOME itself and warns about an `--env
-        // HOME=` ("Overriding HOME ... is not permitted") in the job's output.
-        for (k, v) in spec.env.iter().filter(|(k, _)| !(k == "HOME" && spec.home.is_some())) {
-            c.extend(["--env".into(), format!("{k}={v}")]);
-        }
-        c.extend(["--pwd".into(), spec.workdir.to_string_lossy().into_owned()]);
         c.push(spec.image.to_string_lossy().into_owned());
         c.extend(argv.iter().cloned());
         Ok(c)
     }
 
+    /// Apptainer's state dirs, and what Apptainer reads from its
+    /// environment rather than its command line, which every user of the
+    /// node can read: the container's environment (`APPTAINERENV_*`), the
+    /// binds (`APPTAINER_BIND`), the home and the work directory.
     fn process_env(&self, spec: &ContainerSpec) -> Vec<(String, String)> {
-        let Some(dir) = &spec.runtime_state else { return vec![] };
-        vec![
-            ("APPTAINER_CACHEDIR".into(), dir.join(".apptainer/cache").to_string_lossy().into_owned()),
-            ("APPTAINER_CONFIGDIR".into(), dir.join(".apptainer").to_string_lossy().into_owned()),
-        ]
+        let mut env = Vec::new();
+        if let Some(dir) = &spec.runtime_state {
+            env.push(("APPTAINER_CACHEDIR".into(), dir.join(".apptainer/cache").to_string_lossy().into_owned()));
+            env.push(("APPTAINER_CONFIGDIR".into(), dir.join(".apptainer").to_string_lossy().into_owned()));
+        }
+        if let Some(home) = &spec.home {
+            env.push(("APPTAINER_HOME".into(), home.to_string_lossy().into_owned()));
+        }
+        let binds: Vec<String> = spec.binds.iter().filter(|b| listable(b)).map(bind_arg).collect();
+        if !binds.is_empty() {
+            env.push(("APPTAINER_BIND".into(), binds.join(",")));
+        }
+        // With a home, Apptainer sets HOME itself and warns about a HOME of
+        // the environment ("Overriding HOME ... is not permitted") in the job's output.
+        for (k, v) in spec.env.iter().filter(|(k, _)| !(k == "HOME" && spec.home.is_some())) {
+            env.push((format!("APPTAINERENV_{k}"), v.clone()));
+        }
+        env.push(("APPTAINER_PWD".into(), spec.workdir.to_string_lossy().into_owned()));
+        env
     }
+}
+
+/// A bind as Apptainer spells it: `SRC:DST[:ro]`.
+fn bind_arg(b: &Bind) -> String {
+    let mut v = format!("{}:{}", b.src.display(), b.dst.display());
+    if b.ro {
+        v.push_str(":ro");
+    }
+    v
+}
+
+/// Whether a bind can go in `APPTAINER_BIND`, a comma-separated list.
+fn listable(b: &Bind) -> bool {
+    !bind_arg(b).contains(',')
 }
 
 impl Apptainer {
@@ -147,7 +172,7 @@ mod tests {
     }
 
     #[test]
-    fn ray_container_is_contained_clean_with_its_own_pids_home_not_an_env_home_and_the_jobs_binds() {
+    fn ray_container_is_contained_clean_with_its_own_pids_and_its_paths_and_env_off_the_command_line() {
         let c = Apptainer { binary: "/usr/bin/apptainer".into() }
             .command(&ray_spec(), &["ray".into(), "start".into()])
             .unwrap();
@@ -160,23 +185,28 @@ mod tests {
                 "--contain",
                 "--cleanenv",
                 "--pid",
-                "--home",
-                "/tmp/syndeo/9",
-                "--bind",
-                "/run/syndeo/9:/run/syndeo/9",
-                "--bind",
-                "/data:/d:ro",
-                "--env",
-                "RAY_AUTH_MODE=token",
-                "--pwd",
-                "/home/u",
                 "/images/ray.sif",
                 "ray",
                 "start"
             ]
         );
-        let env = Apptainer { binary: "/x".into() }.process_env(&ray_spec());
-        assert!(env.iter().all(|(_, v)| v.starts_with("/tmp/syndeo/9/")), "{env:?}");
+        let env: std::collections::HashMap<String, String> =
+            Apptainer { binary: "/x".into() }.process_env(&ray_spec()).into_iter().collect();
+        assert_eq!(env["APPTAINER_BIND"], "/run/syndeo/9:/run/syndeo/9,/data:/d:ro");
+        assert_eq!(env["APPTAINERENV_RAY_AUTH_MODE"], "token");
+        assert!(!env.contains_key("APPTAINERENV_HOME"), "a home of Apptainer's, not an env HOME: {env:?}");
+        assert_eq!((env["APPTAINER_HOME"].as_str(), env["APPTAINER_PWD"].as_str()), ("/tmp/syndeo/9", "/home/u"));
+        assert!(env["APPTAINER_CACHEDIR"].starts_with("/tmp/syndeo/9/"), "{env:?}");
+    }
+
+    #[test]
+    fn a_bind_with_a_comma_stays_on_the_command_line() {
+        let mut spec = ray_spec();
+        spec.binds.push(Bind::rw("/data/a,b"));
+        let c = Apptainer { binary: "/x".into() }.command(&spec, &[]).unwrap();
+        assert!(c.windows(2).any(|w| w[0] == "--bind" && w[1] == "/data/a,b:/data/a,b"), "{c:?}");
+        let env = Apptainer { binary: "/x".into() }.process_env(&spec);
+        assert!(env.iter().all(|(_, v)| !v.contains("a,b")), "{env:?}");
     }
 
     #[test]
