@@ -139,7 +139,8 @@ impl Config {
         for (name, v, max) in [
             ("startup_timeout", c.startup_timeout, 3600),
             ("head_timeout", c.head_timeout, 600),
-            ("stop_grace", c.stop_grace, 60),
+            // The epilog's whole budget is 120 s (root/budget.rs).
+            ("stop_grace", c.stop_grace, 30),
         ] {
             if v > max {
                 return Err(invalid(format!("{name} = {v} is over its limit of {max} seconds")));

@@ -325,3 +325,38 @@ fn racing_the_names_root_creates_from_another_job_of_the_same_user_refuses_with_
     assert_eq!(planted("PLANTED_NOTE"), Some(0), "the user made a name in root's notes dir: {}", racer.output());
     assert!(drained_nodes().is_empty(), "racing root's names drained a node: {:?}", drained_nodes());
 }
+
+/// The job's user plants, in their Ray session's log directory, a link to a
+/// file of theirs, a link to a directory and a FIFO, and a session directory
+/// that is a link, before the job ends. The epilog's log copy follows none of
+/// them and reads no FIFO (which would hang it): the logs are kept without
+/// them, the epilog ends and says the node is clean, and no node drains.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn the_log_copy_follows_no_link_and_reads_no_fifo_the_user_planted_and_the_epilog_ends_clean() {
+    let image = image();
+    let dir = workdir(USER_A, "log-links");
+    let script = r#"#!/bin/bash
+echo SECRET_OF_A > secret.txt
+mkdir -p linked/logs && echo LINKED_SESSION > linked/logs/linked.out
+ray=/tmp/syndeo/$SLURM_JOB_ID/ray
+logs=$(ls -d $ray/session_2*/logs | head -n1)
+ln -s $PWD/secret.txt $logs/planted-link.out
+ln -s $PWD $logs/planted-dir
+mkfifo $logs/planted-fifo.out
+ln -s $PWD/linked $ray/session_planted
+echo PLANTED $logs
+"#;
+    let job = sbatch(USER_A, &dir, &["-N1", "-w", "node1", &format!("--syndeo={image}")], script);
+    assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
+    assert!(job.stdout().contains("PLANTED /tmp/syndeo/"), "{}", job.output());
+    let kept = dir.join(format!("syndeo-{}/node1", job.id));
+    assert!(kept.join("agent.log").is_file() && kept.join("ray").is_dir(), "no logs kept in {}", kept.display());
+    let listing = text(&run(&["find", kept.to_str().unwrap()]));
+    assert!(!listing.contains("planted") && !listing.contains("linked"), "a planted name was copied: {listing}");
+    let grep = run(&["grep", "-rl", "-e", "SECRET_OF_A", "-e", "LINKED_SESSION", kept.to_str().unwrap()]);
+    assert!(text(&grep).trim().is_empty(), "the copy followed a link: {}", text(&grep));
+    let clean = format!("syndeo: epilog for job {}: node clean in", job.id);
+    assert!(slurmd_log("node1").contains(&clean), "the epilog did not end clean");
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+}

@@ -3,8 +3,10 @@
 //! waits a bounded grace period, kills whatever of the job's is left (with
 //! Slurm's cgroup plugins, Slurm already has), keeps the job's logs in its
 //! work directory, unmounts the job's tmpfs mounts and removes its trees at
-//! any depth. It finishes within its bound even when the agent hung, died or
-//! was never started.
+//! any depth. Every stage honours one deadline, 120 s from the start, well
+//! inside the plugin's 150 s (the split is in `budget.rs`), so it finishes
+//! in time even when the agent hung, died or was never started, and when
+//! the user's own processes or mounts hang.
 //!
 //! What cannot be removed is named with its path, and the node is not
 //! drained for it: the job's own content never takes a node out of service.
@@ -19,6 +21,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use syndeo_protocol::env::JOB_MARKER;
 
+use super::budget::Budget;
 use super::dirs::open_dir_nofollow;
 use super::remove::remove_tree_at;
 use super::state::{ProcRecord, StateDir};
@@ -26,10 +29,8 @@ use super::{logs, mounts, note, procs};
 use crate::cli::EpilogArgs;
 use crate::config::Config;
 
-/// The time the epilog gives the removal of the job's trees.
-const REMOVAL_LIMIT: Duration = Duration::from_secs(90);
-
 pub fn run(a: &EpilogArgs) -> Result<()> {
+    let budget = Budget::start();
     super::prolog::mark_inherited_fds_cloexec();
     let c = &a.common;
     let config = Config::load(&c.config).unwrap_or_else(|e| {
@@ -43,16 +44,17 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
     let state = state_dir.as_ref().and_then(|d| d.load().ok());
     let supervisor = state_dir.as_ref().and_then(|d| d.supervisor()).filter(|r| alive(*r));
     if let Some(r) = supervisor {
-        stop_gracefully(r, Duration::from_secs(config.stop_grace.min(60)));
+        stop_gracefully(r, budget.grace(config.stop_grace));
     }
-    let survivors = kill_all(c.uid, c.job, supervisor.map(|r| r.pid));
+    let survivors = kill_all(c.uid, c.job, supervisor.map(|r| r.pid), budget.kill());
     if let Some(state) = &state {
-        logs::save(&state.spec);
+        logs::save(&state.spec, budget.logs());
     }
     let name = c.job.to_string();
     let mut left = Vec::new();
+    let removal = budget.removal();
     for base in [&c.runtime_base, &config.temp_base, &config.shm_base] {
-        left.extend(remove_job_dir(base, &name));
+        left.extend(remove_job_dir(base, &name, removal));
     }
     if let Err(e) = StateDir::remove(&c.runtime_base, c.job) {
         left.push(format!("{}: {e:#}", c.runtime_base.join(super::state::JOBS_DIR).join(&name).display()));
@@ -64,7 +66,8 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
         eprintln!("not removed: {l}");
     }
     if !survivors.is_empty() {
-        bail!("processes of job {name} survived SIGKILL: {survivors:?}");
+        let shown: Vec<String> = survivors.iter().map(|&p| procs::describe(p)).collect();
+        bail!("processes of job {name} survived SIGKILL: {}", shown.join(", "));
     }
     if !left.is_empty() {
         // The plugin logs "node clean" only on success; this says what is not.
@@ -79,36 +82,34 @@ fn alive(r: ProcRecord) -> bool {
 }
 
 /// SIGTERM to the supervisor (which passes it on to the agent, which stops
-/// Ray), then up to `grace` for it to end.
-fn stop_gracefully(r: ProcRecord, grace: Duration) {
+/// Ray), then until `deadline` for it to end.
+fn stop_gracefully(r: ProcRecord, deadline: Instant) {
     let _ = kill(Pid::from_raw(r.pid), Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
     while Instant::now() < deadline && alive(r) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-/// SIGKILLs the job's processes until none is left (at most ~10 s); returns survivors.
-fn kill_all(uid: u32, job: u32, session: Option<i32>) -> Vec<i32> {
+/// SIGKILLs the job's processes until none is left or `deadline` passes;
+/// returns the survivors.
+fn kill_all(uid: u32, job: u32, session: Option<i32>, deadline: Instant) -> Vec<i32> {
     let job = job.to_string();
-    let mut left = Vec::new();
-    for _ in 0..100 {
-        left = procs::job_processes(uid, (JOB_MARKER, &job), session);
-        if left.is_empty() {
-            break;
+    loop {
+        let left = procs::job_processes(uid, (JOB_MARKER, &job), session);
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
         }
         for &p in &left {
             let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    left
 }
 
 /// Unmounts `<base>/<name>` if it is a mount, and removes it, through the
 /// opened base (never through a link, and nothing if the base is not root's).
 /// Returns what could not be removed.
-fn remove_job_dir(base: &Path, name: &str) -> Vec<String> {
+fn remove_job_dir(base: &Path, name: &str, deadline: Instant) -> Vec<String> {
     let dir = base.join(name);
     if let Err(e) = mounts::unmount(&dir) {
         return vec![format!("{}: {e:#}", dir.display())];
@@ -123,6 +124,6 @@ fn remove_job_dir(base: &Path, name: &str) -> Vec<String> {
         Ok(m) if m.uid() == 0 && m.mode() & 0o022 == 0 => {}
         _ => return vec![format!("{}: not root's alone; removed nothing there", base.display())],
     }
-    let left = remove_tree_at(parent.as_raw_fd(), OsStr::new(name), base, Instant::now() + REMOVAL_LIMIT);
+    let left = remove_tree_at(parent.as_raw_fd(), OsStr::new(name), base, deadline);
     left.failures.into_iter().map(|(p, why): (PathBuf, String)| format!("{}: {why}", p.display())).collect()
 }

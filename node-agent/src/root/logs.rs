@@ -3,27 +3,49 @@
 //! copies this node's agent and Ray logs into the job's work directory,
 //! `<work dir>/syndeo-<job>/<node>/`, newest first until the site's cap
 //! (`logs_max_mb`): the oldest files are the ones dropped. It writes only as
-//! the user, so it can do there only what the user could. Root bounds its
-//! time.
-use std::os::unix::fs::MetadataExt;
+//! the user, so it can do there only what the user could.
+//!
+//! It reads the job's trees the way root's clean-up does (`beneath.rs`):
+//! relative to the opened job and temp directories, never through a link in
+//! any component, never into another filesystem (a mount the user made in
+//! their tree), and only regular files, up to the size they had when
+//! listed. Root gives it until the epilog's log deadline, then SIGKILLs it;
+//! a child that still does not end (stuck in the kernel, in a hung FUSE
+//! mount of the user's) is named in slurmd's log and left behind.
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use nix::dir::{Dir, Type};
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{fstatat, SFlag};
 
+use super::beneath::open_beneath;
+use super::dirs::open_dir_nofollow;
 use super::privdrop::{drop_to, Identity};
+use super::procs;
 use crate::cli::SaveLogsArgs;
 use crate::job::JobSpec;
 
-/// How long root lets the copy run.
-pub const SAVE_LIMIT: Duration = Duration::from_secs(30);
+/// Between SIGKILL and giving up on the copy's process.
+const REAP: Duration = Duration::from_secs(2);
+/// Entries the copy looks at, at most (a job's tree may hold millions).
+const MAX_ENTRIES: usize = 100_000;
 
-/// Root's side: runs `save-logs` for `spec`'s node, bounded in time; what
+/// Root's side: runs `save-logs` for `spec`'s node until `deadline`; what
 /// went wrong is only reported (logs never fail an epilog).
-pub fn save(spec: &JobSpec) {
+pub fn save(spec: &JobSpec, deadline: Instant) {
     if !spec.config.keep_logs {
         return;
+    }
+    if Instant::now() + REAP >= deadline {
+        return eprintln!("no time left in the epilog to copy the job's logs; not copied");
     }
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg("save-logs")
@@ -44,82 +66,173 @@ pub fn save(spec: &JobSpec) {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     match cmd.spawn() {
-        Ok(mut child) => {
-            let deadline = std::time::Instant::now() + SAVE_LIMIT;
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) => return,
-                    Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                    _ => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        return eprintln!("copying the job's logs took over {SAVE_LIMIT:?}; stopped it");
-                    }
-                }
-            }
-        }
+        Ok(child) => bound(child, deadline),
         Err(e) => eprintln!("cannot copy the job's logs: {e}"),
+    }
+}
+
+/// Lets `child` run until shortly before `deadline`, then SIGKILLs it (it
+/// is root's own child, not yet reaped: its PID cannot have been reused)
+/// and waits for it until `deadline` at most.
+fn bound(mut child: Child, deadline: Instant) {
+    let kill_at = deadline.checked_sub(REAP).unwrap_or(deadline);
+    if wait_until(&mut child, kill_at) {
+        return;
+    }
+    let _ = child.kill();
+    if wait_until(&mut child, deadline) {
+        return eprintln!("copying the job's logs did not finish in time; stopped it (some logs were not kept)");
+    }
+    eprintln!(
+        "copying the job's logs: its process, {}, did not end after SIGKILL (stuck in the kernel, perhaps in a \
+         hung FUSE mount of the user's); not waiting for it",
+        procs::describe(child.id() as i32)
+    );
+}
+
+/// Whether `child` ended (and was reaped) by `until`.
+fn wait_until(child: &mut Child, until: Instant) -> bool {
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return true,
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => return false,
+            Err(_) => return true, // not ours to wait for any more
+        }
     }
 }
 
 /// The child's side (`syndeo-agent save-logs`).
 pub fn run(a: &SaveLogsArgs) -> Result<()> {
     drop_to(&Identity::lookup(a.uid, a.gid)?)?;
-    let files = collect(&a.job_dir, &a.temp_dir);
     let dest = a.workdir.join(format!("syndeo-{}", a.job)).join(&a.node);
-    let kept = newest_within(files, a.max_mb * 1024 * 1024);
-    for (from, rel, _) in &kept {
-        let to = dest.join(rel);
-        if let Some(parent) = to.parent() {
-            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        }
-        if let Err(e) = std::fs::copy(from, &to) {
-            eprintln!("cannot keep {}: {e}", from.display());
-        }
-    }
+    keep(&a.job_dir, &a.temp_dir, &dest, a.max_mb * 1024 * 1024);
     Ok(())
 }
 
-/// (source, path under the destination, size): the agent's and the
-/// container's logs, and every file of Ray's session logs. Links are not
-/// followed; only regular files are kept.
-fn collect(job_dir: &Path, temp_dir: &Path) -> Vec<(PathBuf, PathBuf, (i64, u64))> {
-    let mut out = Vec::new();
-    for name in ["agent.log", "ray.log"] {
-        push_file(&mut out, &job_dir.join(name), PathBuf::from(name));
+/// A tree the copy reads: its directory, opened without following a link,
+/// and the device it lies on.
+struct Source {
+    dir: File,
+    dev: u64,
+}
+
+impl Source {
+    fn open(path: &Path) -> Option<Source> {
+        let dir = open_dir_nofollow(path).ok()?;
+        let dev = nix::sys::stat::fstat(dir.as_raw_fd()).ok()?.st_dev;
+        Some(Source { dir, dev })
     }
-    let ray = temp_dir.join("ray");
-    let Ok(sessions) = std::fs::read_dir(&ray) else { return out };
-    for s in sessions.flatten() {
-        let name = s.file_name();
-        if !name.to_string_lossy().starts_with("session_") || !s.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
+}
+
+/// A file found: its source (0 the job dir, 1 the temp dir), its path
+/// under it (and under the destination), its mtime and size.
+type Found = (usize, PathBuf, (i64, u64));
+
+/// Copies the newest of the job's logs within `cap` bytes into `dest`.
+fn keep(job_dir: &Path, temp_dir: &Path, dest: &Path, cap: u64) {
+    let sources = [Source::open(job_dir), Source::open(temp_dir)];
+    for (source, rel, (_, size)) in newest_within(collect(&sources), cap) {
+        let Some(src) = &sources[source] else { continue };
+        if let Err(e) = copy_one(src, &rel, size, &dest.join(&rel)) {
+            eprintln!("cannot keep {}: {e:#}", rel.display());
         }
-        let mut stack = vec![(s.path().join("logs"), PathBuf::from("ray").join(&name).join("logs"))];
-        while let Some((dir, rel)) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-            for e in rd.flatten() {
-                match e.file_type() {
-                    Ok(t) if t.is_dir() => stack.push((e.path(), rel.join(e.file_name()))),
-                    Ok(t) if t.is_file() => push_file(&mut out, &e.path(), rel.join(e.file_name())),
-                    _ => {}
-                }
+    }
+}
+
+/// The agent's and the container's logs, and every file of Ray's session
+/// logs: regular files on their tree's filesystem, reached without a link.
+fn collect(sources: &[Option<Source>; 2]) -> Vec<Found> {
+    let mut out = Vec::new();
+    if let Some(job) = &sources[0] {
+        for name in ["agent.log", "ray.log"] {
+            push_file(&mut out, job, 0, Path::new(""), name.as_ref(), job.dir.as_raw_fd());
+        }
+    }
+    let Some(temp) = &sources[1] else { return out };
+    let mut seen = 0usize;
+    let mut stack = Vec::new();
+    for (name, kind) in entries(temp, Path::new("ray"), &mut seen) {
+        if name.as_bytes().starts_with(b"session_") && kind == Some(Type::Directory) {
+            stack.push(Path::new("ray").join(name).join("logs"));
+        }
+    }
+    while let Some(rel) = stack.pop() {
+        let Ok(dir) = open_beneath(temp.dir.as_raw_fd(), &rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) else {
+            continue;
+        };
+        for (name, kind) in entries(temp, &rel, &mut seen) {
+            match kind {
+                Some(Type::Directory) => stack.push(rel.join(&name)),
+                Some(Type::File) | None => push_file(&mut out, temp, 1, &rel, &name, dir.raw()),
+                _ => {}
             }
         }
     }
     out
 }
 
-fn push_file(out: &mut Vec<(PathBuf, PathBuf, (i64, u64))>, path: &Path, rel: PathBuf) {
-    if let Ok(m) = std::fs::symlink_metadata(path) {
-        if m.is_file() {
-            out.push((path.to_path_buf(), rel, (m.mtime(), m.size())));
+/// The entries of `rel` under `src` and their types (None: unknown), while
+/// fewer than `MAX_ENTRIES` were seen in all.
+fn entries(src: &Source, rel: &Path, seen: &mut usize) -> Vec<(OsString, Option<Type>)> {
+    let Ok(fd) = open_beneath(src.dir.as_raw_fd(), rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) else {
+        return vec![];
+    };
+    let Ok(mut dir) = Dir::from_fd(fd.into_raw()) else { return vec![] };
+    let mut out = Vec::new();
+    for e in dir.iter().flatten() {
+        let name = std::ffi::OsStr::from_bytes(e.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
         }
+        *seen += 1;
+        if *seen > MAX_ENTRIES {
+            eprintln!("the job's log directories hold over {MAX_ENTRIES} entries; kept those seen first");
+            break;
+        }
+        out.push((name.to_os_string(), e.file_type()));
+    }
+    out
+}
+
+/// Adds `rel/name` (an entry of the opened `dir`) if it is a regular file
+/// on `src`'s filesystem (not following a link).
+fn push_file(out: &mut Vec<Found>, src: &Source, source: usize, rel: &Path, name: &std::ffi::OsStr, dir: RawFd) {
+    let Ok(st) = fstatat(Some(dir), name, AtFlags::AT_SYMLINK_NOFOLLOW) else { return };
+    let regular = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
+    if regular && st.st_dev == src.dev {
+        out.push((source, rel.join(name), (st.st_mtime, st.st_size as u64)));
     }
 }
 
+/// Copies at most `size` bytes of `rel` under `src` (opened beneath it, and
+/// checked again: a regular file on its filesystem) to `to`, as the user.
+fn copy_one(src: &Source, rel: &Path, size: u64, to: &Path) -> Result<()> {
+    let fd = open_beneath(src.dir.as_raw_fd(), rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK)?;
+    let st = fd.stat()?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG || st.st_dev != src.dev {
+        bail!("not a regular file of the job's any more");
+    }
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    let mut out = File::create(to).with_context(|| format!("creating {}", to.display()))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut left = size;
+    while left > 0 {
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = nix::unistd::read(fd.raw(), &mut buf[..want])?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
 /// The newest files whose sizes add up to at most `cap` bytes.
-fn newest_within(mut files: Vec<(PathBuf, PathBuf, (i64, u64))>, cap: u64) -> Vec<(PathBuf, PathBuf, (i64, u64))> {
+fn newest_within(mut files: Vec<Found>, cap: u64) -> Vec<Found> {
     files.sort_by_key(|f| std::cmp::Reverse(f.2 .0));
     let mut total = 0u64;
     files.retain(|(_, _, (_, size))| {
@@ -133,31 +246,4 @@ fn newest_within(mut files: Vec<(PathBuf, PathBuf, (i64, u64))>, cap: u64) -> Ve
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_newest_files_are_kept_and_the_oldest_dropped_at_the_cap() {
-        let f = |name: &str, mtime: i64, size: u64| (PathBuf::from(name), PathBuf::from(name), (mtime, size));
-        let kept = newest_within(vec![f("old", 1, 60), f("new", 3, 50), f("mid", 2, 40)], 100);
-        let names: Vec<_> = kept.iter().map(|k| k.0.to_string_lossy().into_owned()).collect();
-        assert_eq!(names, ["new", "mid"]);
-    }
-
-    #[test]
-    fn ray_session_logs_and_the_agents_are_collected_without_following_links() {
-        let job = tempfile::tempdir().unwrap();
-        let temp = tempfile::tempdir().unwrap();
-        std::fs::write(job.path().join("agent.log"), "a").unwrap();
-        let logs = temp.path().join("ray/session_2026/logs/old");
-        std::fs::create_dir_all(&logs).unwrap();
-        std::fs::write(logs.join("raylet.out"), "r").unwrap();
-        std::os::unix::fs::symlink("/etc", temp.path().join("ray/session_2026/logs/etc")).unwrap();
-        std::os::unix::fs::symlink(temp.path().join("ray/session_2026"), temp.path().join("ray/session_latest"))
-            .unwrap();
-        let rels: Vec<PathBuf> = collect(job.path(), temp.path()).into_iter().map(|c| c.1).collect();
-        assert!(rels.contains(&PathBuf::from("agent.log")));
-        assert!(rels.contains(&PathBuf::from("ray/session_2026/logs/old/raylet.out")));
-        assert_eq!(rels.len(), 2, "{rels:?}");
-    }
-}
+mod tests;

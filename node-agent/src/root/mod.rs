@@ -4,6 +4,8 @@
 //! They create and remove the job's directories without following links,
 //! drop every privilege in a child before anything of the user's runs, and
 //! find the job's processes by PID and start time, never by name.
+pub mod beneath;
+pub mod budget;
 pub mod dirs;
 pub mod drain;
 pub mod epilog;

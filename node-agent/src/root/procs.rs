@@ -8,6 +8,8 @@ use std::path::Path;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProcStat {
     pub pid: i32,
+    /// R, S, D (uninterruptible: in the kernel, perhaps in a hung FUSE mount), Z, ...
+    pub state: char,
     pub session: i32,
     pub start_time: u64,
 }
@@ -22,7 +24,16 @@ pub fn parse_stat(pid: i32, text: &str) -> Option<ProcStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // rest starts at field 3 (state): session is field 6, starttime field 22.
-    Some(ProcStat { pid, session: f.get(3)?.parse().ok()?, start_time: f.get(19)?.parse().ok()? })
+    let state = f.first()?.chars().next()?;
+    Some(ProcStat { pid, state, session: f.get(3)?.parse().ok()?, start_time: f.get(19)?.parse().ok()? })
+}
+
+/// `pid 1234 (state D)`, for a log line about a process that will not go.
+pub fn describe(pid: i32) -> String {
+    match stat(pid) {
+        Some(s) => format!("pid {pid} (state {})", s.state),
+        None => format!("pid {pid} (gone)"),
+    }
 }
 
 pub fn uid_of(pid: i32) -> Option<u32> {
@@ -62,6 +73,7 @@ mod tests {
     fn stat_with_spaces_and_parens_in_the_name() {
         let line = "1234 (ray::a (b) c) S 1 1234 1200 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 4 0 98765 1000 200";
         let s = parse_stat(1234, line).unwrap();
+        assert_eq!(s.state, 'S');
         assert_eq!(s.session, 1200);
         assert_eq!(s.start_time, 98765);
     }

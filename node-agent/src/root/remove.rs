@@ -7,7 +7,9 @@
 //! through a path: every step goes through a descriptor opened with
 //! `O_NOFOLLOW`, never through `..`, so a link, or a directory moved
 //! elsewhere meanwhile by another process of the user, can only lead root
-//! to what the user could remove themselves. The names directories are
+//! to what the user could remove themselves. A mount the user made inside
+//! the tree (a FUSE mount that could hang root) is detached, never entered
+//! (`beneath.rs`). Every step checks the deadline. The names directories are
 //! moved up under carry a random tag drawn per removal, so the user cannot
 //! have made them first (and a name taken anyway is skipped, not a failure).
 use std::ffi::{OsStr, OsString};
@@ -18,9 +20,12 @@ use std::time::Instant;
 
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, OFlag};
+use nix::fcntl::{renameat, OFlag};
 use nix::sys::stat::{fstatat, Mode, SFlag};
 use nix::unistd::{close, unlinkat, UnlinkatFlags};
+
+use super::beneath::open_beneath;
+use super::mounts::detach_at;
 
 /// A directory descriptor, closed when dropped.
 struct DirFd(RawFd);
@@ -101,9 +106,7 @@ fn flatten(top: &DirFd, top_path: &Path, deadline: Instant, left: &mut Leftovers
         for (name, is_dir) in entries {
             if Instant::now() > deadline {
                 left.failures.extend(pass);
-                return left
-                    .failures
-                    .push((top_path.join(&name), "not removed before the epilog's time ran out".into()));
+                return left.failures.push((top_path.join(&name), OUT_OF_TIME.into()));
             }
             if !is_dir {
                 unlink(top.as_raw_fd(), &name, false, &top_path.join(&name), left, &mut pass);
@@ -113,7 +116,8 @@ fn flatten(top: &DirFd, top_path: &Path, deadline: Instant, left: &mut Leftovers
                 unlink(top.as_raw_fd(), &name, false, &top_path.join(&name), left, &mut pass);
                 continue;
             };
-            hoist(&sub, top, &top_path.join(&name), &mut fresh, left, &mut pass);
+            let to = Hoist { top, deadline };
+            to.hoist(&sub, &top_path.join(&name), &mut fresh, left, &mut pass);
             drop(sub);
             unlink(top.as_raw_fd(), &name, true, &top_path.join(&name), left, &mut pass);
         }
@@ -125,40 +129,66 @@ fn flatten(top: &DirFd, top_path: &Path, deadline: Instant, left: &mut Leftovers
     }
 }
 
-/// Unlinks `sub`'s files and moves its subdirectories up into `top`, a
-/// slice of entries at a time, until it is empty or a slice changes nothing.
-fn hoist(sub: &DirFd, top: &DirFd, sub_path: &Path, fresh: &mut Fresh, left: &mut Leftovers, pass: &mut Failures) {
-    loop {
-        let entries = match list(sub.as_raw_fd()) {
-            Ok(e) => e,
-            Err(e) => return pass.push((sub_path.to_path_buf(), format!("listing: {e}"))),
-        };
-        if entries.is_empty() {
-            return;
-        }
-        let (removed, failed) = (left.removed, pass.len());
-        let mut moved = 0u64;
-        for (name, is_dir) in entries {
-            if !is_dir {
-                unlink(sub.as_raw_fd(), &name, false, &sub_path.join(&name), left, pass);
-                continue;
+/// Where `hoist` moves subdirectories to, and until when it may.
+struct Hoist<'a> {
+    top: &'a DirFd,
+    deadline: Instant,
+}
+
+impl Hoist<'_> {
+    /// Unlinks `sub`'s files and moves its subdirectories up into the top, a
+    /// slice of entries at a time, until it is empty, a slice changes
+    /// nothing, or the deadline passes.
+    fn hoist(&self, sub: &DirFd, sub_path: &Path, fresh: &mut Fresh, left: &mut Leftovers, pass: &mut Failures) {
+        loop {
+            let entries = match list(sub.as_raw_fd()) {
+                Ok(e) => e,
+                Err(e) => return pass.push((sub_path.to_path_buf(), format!("listing: {e}"))),
+            };
+            if entries.is_empty() {
+                return;
             }
-            loop {
-                let to = fresh.next();
-                match renameat(Some(sub.as_raw_fd()), name.as_os_str(), Some(top.as_raw_fd()), to.as_os_str()) {
-                    // The name is taken (by something the user made): the next one.
-                    Err(Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR) => continue,
-                    Err(e) => pass.push((sub_path.join(&name), format!("moving up: {e}"))),
-                    Ok(()) => moved += 1,
+            let (removed, failed) = (left.removed, pass.len());
+            let mut moved = 0u64;
+            for (name, is_dir) in entries {
+                if Instant::now() > self.deadline {
+                    return pass.push((sub_path.join(&name), OUT_OF_TIME.into()));
                 }
-                break;
+                if !is_dir {
+                    unlink(sub.as_raw_fd(), &name, false, &sub_path.join(&name), left, pass);
+                    continue;
+                }
+                match self.move_up(sub, &name, fresh) {
+                    Ok(()) => moved += 1,
+                    Err(e) => pass.push((sub_path.join(&name), format!("moving up: {e}"))),
+                }
+            }
+            if left.removed == removed && moved == 0 || pass.len() > failed {
+                return;
             }
         }
-        if left.removed == removed && moved == 0 || pass.len() > failed {
-            return;
+    }
+
+    /// Moves the directory `name` of `sub` to a fresh name in the top.
+    fn move_up(&self, sub: &DirFd, name: &OsStr, fresh: &mut Fresh) -> nix::Result<()> {
+        loop {
+            let to = fresh.next();
+            match renameat(Some(sub.as_raw_fd()), name, Some(self.top.as_raw_fd()), to.as_os_str()) {
+                // The name is taken (by something the user made): the next one.
+                Err(Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR)
+                    if Instant::now() <= self.deadline =>
+                {
+                    continue
+                }
+                // A mount point (the user's mount): detached, never entered.
+                Err(Errno::EBUSY) if Instant::now() <= self.deadline => detach_at(sub.as_raw_fd(), name)?,
+                other => return other,
+            }
         }
     }
 }
+
+const OUT_OF_TIME: &str = "not removed before the epilog's time ran out";
 
 type Failures = Vec<(PathBuf, String)>;
 
@@ -207,9 +237,17 @@ fn list(dir: RawFd) -> nix::Result<Vec<(OsString, bool)>> {
     Ok(out)
 }
 
+/// Opens the directory `name` of `parent`: never through a link, and never
+/// into another mount; a mount there (the user's) is detached first.
 fn open_dir(parent: RawFd, name: &OsStr) -> nix::Result<DirFd> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    openat(Some(parent), name, flags, Mode::empty()).map(DirFd)
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+    for _ in 0..16 {
+        match open_beneath(parent, Path::new(name), flags) {
+            Err(Errno::EXDEV) => detach_at(parent, name)?,
+            other => return other.map(|fd| DirFd(fd.into_raw())),
+        }
+    }
+    Err(Errno::EXDEV)
 }
 
 /// Unlinks one entry; a failure goes to `failed`.
@@ -244,7 +282,9 @@ mod tests {
         dir = std::fs::File::open(base.path().join("job")).unwrap();
         for _ in 0..5000 {
             nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), "d", Mode::S_IRWXU).unwrap();
-            let fd = openat(Some(dir.as_raw_fd()), "d", OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+            let fd =
+                nix::fcntl::openat(Some(dir.as_raw_fd()), "d", OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())
+                    .unwrap();
             std::fs::write(format!("/proc/self/fd/{fd}/f"), b"x").unwrap();
             dir = std::fs::File::open(format!("/proc/self/fd/{fd}")).unwrap();
             close(fd).unwrap();
@@ -302,6 +342,46 @@ mod tests {
         let left = remove(base.path(), "job");
         assert!(left.is_clean(), "{:?}", left.failures);
         assert!(!job.exists());
+    }
+
+    /// A mount the user made inside their tree (a FUSE mount of theirs
+    /// could hang root) is detached: root never enters it, the tree goes.
+    #[test]
+    fn a_mount_inside_the_tree_is_detached_not_entered_and_the_tree_goes() {
+        if !nix::unistd::geteuid().is_root() {
+            return; // mounting is root's
+        }
+        let base = tempfile::tempdir().unwrap();
+        let m = base.path().join("job/a/m");
+        std::fs::create_dir_all(&m).unwrap();
+        nix::mount::mount(Some("t"), &m, Some("tmpfs"), nix::mount::MsFlags::empty(), None::<&str>).unwrap();
+        std::fs::write(m.join("inside"), b"x").unwrap();
+        let held = std::fs::File::open(&m).unwrap();
+        let left = remove(base.path(), "job");
+        let still = std::fs::metadata(format!("/proc/self/fd/{}/inside", held.as_raw_fd())).is_ok();
+        let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
+        assert!(left.is_clean(), "{:?}", left.failures);
+        assert!(!base.path().join("job").exists());
+        assert!(still, "root entered the mount and removed what is inside");
+    }
+
+    #[test]
+    fn a_removal_past_its_deadline_stops_and_names_what_is_left() {
+        let base = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(base.path().join("job/a/b")).unwrap();
+        std::fs::write(base.path().join("job/a/f"), b"").unwrap();
+        let dir = std::fs::File::open(base.path()).unwrap();
+        let past = Instant::now() - Duration::from_secs(1);
+        let left = remove_tree_at(dir.as_raw_fd(), OsStr::new("job"), base.path(), past);
+        assert!(!left.is_clean());
+        assert!(left.failures.iter().any(|(_, why)| why.contains("time ran out")), "{:?}", left.failures);
+        let open = |p: &Path| DirFd(nix::fcntl::open(p, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap());
+        let sub = base.path().join("job/a");
+        let top = open(&base.path().join("job"));
+        let (mut l, mut pass) = (Leftovers::default(), Vec::new());
+        Hoist { top: &top, deadline: past }.hoist(&open(&sub), &sub, &mut Fresh::new(), &mut l, &mut pass);
+        assert!(pass.iter().any(|(_, why)| why.contains("time ran out")), "hoist ignored its deadline: {pass:?}");
+        assert!(sub.join("b").exists() && sub.join("f").exists());
     }
 
     #[test]
