@@ -360,3 +360,25 @@ echo PLANTED $logs
     assert!(slurmd_log("node1").contains(&clean), "the epilog did not end clean");
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
+
+/// The job's own user, from their batch script, tries to read the
+/// environment of every syndeo-agent process of theirs (supervisors and
+/// agents, on every node) and to take its descriptors 3 (the mesh's
+/// privileged socket root bound) and 4 (the job's state) with pidfd_getfd.
+/// None is dumpable: every read and every take is refused.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn the_users_other_processes_can_neither_read_nor_take_the_descriptors_of_syndeos_agents() {
+    let image = image();
+    let dir = workdir(USER_A, "fd-taker");
+    attack_script(USER_A, &dir, "fd_taker.py");
+    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/bash\npython3 fd_taker.py\n");
+    assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
+    let agents: u32 = job.lines("AGENTS ").first().and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(agents >= 4, "expected a supervisor and an agent on each of 2 nodes: {}", job.output());
+    let out = job.stdout();
+    assert!(!out.contains("\nREAD ") && !out.starts_with("READ "), "an agent's environment was read: {out}");
+    assert!(!out.contains("TAKEN "), "a descriptor of an agent was taken: {out}");
+    assert_eq!(job.lines("REFUSED_READ ").len() as u32, agents, "{out}");
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+}

@@ -9,6 +9,14 @@ use node_agent::{agent, exec, root, secret, supervisor, user_cli};
 use syndeo_protocol::env;
 
 fn main() -> ExitCode {
+    // First thing, before any secret or privileged descriptor is used: no
+    // process of the user's may ptrace this one or take its descriptors
+    // (the mesh's listening socket). exec made it dumpable again, unless the
+    // binary is not readable by the user (installed 0711).
+    if let Err(e) = root::privdrop::not_dumpable() {
+        eprintln!("syndeo: {e:#}");
+        return ExitCode::FAILURE;
+    }
     // Started as /proc/self/exe, the kernel would name it "exe" in ps and ss.
     let _ = nix::sys::prctl::set_name(c"syndeo-agent");
     if let Ok(argv0) = std::env::var(env::EXEC_ARGV0) {

@@ -1,7 +1,15 @@
 //! Drops root for the job user, for good: bounding set cleared (while still
 //! allowed to), supplementary groups = the user's, then gid and uid (real,
-//! effective, saved), no_new_privs, and every capability set emptied. The
-//! result is checked; any failure is an error, never a half-dropped process.
+//! effective, saved), not dumpable, no_new_privs, and every capability set
+//! emptied. The result is checked; any failure is an error, never a
+//! half-dropped process.
+//!
+//! Not dumpable: a process of the user's could otherwise ptrace this one, or
+//! take its descriptors with `pidfd_getfd` (the mesh's privileged listening
+//! socket root bound, the job's state), or read its memory. The kernel
+//! resets the flag on every change of uid or gid (to `fs.suid_dumpable`) and
+//! on exec, so it is set again right after the drop, and by every
+//! `syndeo-agent` first thing in `main` ([`not_dumpable`]).
 use anyhow::{bail, Context, Result};
 use caps::CapSet;
 use nix::unistd::{getgrouplist, getresgid, getresuid, setgroups, setresgid, setresuid, Gid, Uid, User};
@@ -33,6 +41,7 @@ pub fn drop_to(id: &Identity) -> Result<()> {
     let (g, u) = (Gid::from_raw(id.gid), Uid::from_raw(id.uid));
     setresgid(g, g, g).context("setresgid")?;
     setresuid(u, u, u).context("setresuid")?;
+    not_dumpable()?;
     nix::sys::prctl::set_no_new_privs().context("PR_SET_NO_NEW_PRIVS")?;
     for set in [CapSet::Ambient, CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
         caps::clear(None, set).with_context(|| format!("clearing {set:?} capabilities"))?;
@@ -56,5 +65,35 @@ fn verify(id: &Identity) -> Result<()> {
     if !nix::sys::prctl::get_no_new_privs()? {
         bail!("no_new_privs is not set");
     }
+    if nix::sys::prctl::get_dumpable()? {
+        bail!("the process is still dumpable after the drop");
+    }
     Ok(())
+}
+
+/// `prctl(PR_SET_DUMPABLE, 0)`: no process of the user's may ptrace this
+/// one, take its descriptors or read its memory; its /proc files become
+/// root's.
+pub fn not_dumpable() -> Result<()> {
+    nix::sys::prctl::set_dumpable(false).context("PR_SET_DUMPABLE")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// The flag is the process's: set back at the end, for the other tests.
+    #[test]
+    fn after_not_dumpable_the_kernel_reads_the_process_as_not_dumpable() {
+        not_dumpable().unwrap();
+        let dumpable = nix::sys::prctl::get_dumpable().unwrap();
+        let owner = std::fs::metadata("/proc/self/status").unwrap().uid();
+        let (status, fd) = (std::fs::read_to_string("/proc/self/status"), std::fs::File::open("/proc/self/fd/0"));
+        nix::sys::prctl::set_dumpable(true).unwrap();
+        assert!(!dumpable, "PR_GET_DUMPABLE still reads 1");
+        assert_eq!(owner, 0, "/proc/self is not root's: the kernel does not treat the process as not dumpable");
+        // The process itself still reads its own /proc (the agent reads its state through /proc/self/fd).
+        assert!(status.is_ok() && fd.is_ok());
+    }
 }

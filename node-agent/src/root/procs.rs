@@ -36,9 +36,17 @@ pub fn describe(pid: i32) -> String {
     }
 }
 
+/// The process's real uid, from /proc/PID/status (not the owner of
+/// /proc/PID, which is root for a process that is not dumpable, as every
+/// syndeo-agent of the user's is).
 pub fn uid_of(pid: i32) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_uid(&text)
+}
+
+/// The real uid on the `Uid:` line of a /proc/PID/status.
+fn parse_uid(status: &str) -> Option<u32> {
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
 }
 
 /// Whether the process's environment has `name=value` (root may read any).
@@ -76,6 +84,13 @@ mod tests {
         assert_eq!(s.state, 'S');
         assert_eq!(s.session, 1200);
         assert_eq!(s.start_time, 98765);
+    }
+
+    #[test]
+    fn the_uid_is_the_real_uid_of_the_status_file_whoever_owns_proc_pid() {
+        assert_eq!(parse_uid("Name:\tx\nUid:\t1001\t1001\t1001\t1001\nGid:\t5\t5\t5\t5\n"), Some(1001));
+        assert_eq!(parse_uid("Name:\tx\n"), None);
+        assert_eq!(uid_of(std::process::id() as i32), Some(nix::unistd::getuid().as_raw()));
     }
 
     #[test]
