@@ -50,7 +50,9 @@ pub struct Config {
     pub head_timeout: u64,
     /// Nodes that must join for the cluster to be ready; 0: all of the job's nodes.
     pub min_nodes: u32,
-    /// Start Ray's dashboard, bound to the head node's address.
+    /// Start Ray's dashboard and jobs API, bound to the head node's address
+    /// and protected by the cluster's token, when the image's Ray has them
+    /// (`ray[default]`); an image without runs without.
     pub dashboard: bool,
     /// Ray object store size per node, in MiB.
     pub object_store_mb: u64,
@@ -98,7 +100,7 @@ impl Default for Config {
             startup_timeout: 300,
             head_timeout: 20,
             min_nodes: 0,
-            dashboard: false,
+            dashboard: true,
             object_store_mb: 512,
             extra_binds: vec![],
             temp_base: "/tmp/syndeo".into(),

@@ -81,6 +81,8 @@ fn status_text(s: &StatusReply, login: Option<&str>) -> String {
         let login = login.unwrap_or("LOGIN-NODE");
         t += &format!("dashboard:   {}\n", s.dashboard_url);
         t += &format!("  from your laptop: ssh -N -L {port}:{hostport} {login}   then open http://localhost:{port}\n");
+    } else if !s.dashboard_note.is_empty() {
+        t += &format!("dashboard:   none: {}\n", s.dashboard_note);
     }
     t
 }
@@ -232,6 +234,13 @@ mod tests {
         assert!(t.contains("ssh -N -L 41234:10.1.2.3:41234 login1") && t.contains("http://localhost:41234"), "{t}");
         assert!(t.contains("ray:         2.60.0 (Python 3.11.2)"), "{t}");
         assert!(!status_text(&StatusReply::default(), None).contains("ssh"));
+    }
+
+    #[test]
+    fn status_says_why_there_is_no_dashboard() {
+        let s = StatusReply { dashboard_note: "image /i's Ray has no dashboard".into(), ..Default::default() };
+        let t = status_text(&s, Some("login1"));
+        assert!(t.contains("dashboard:   none: image /i's Ray has no dashboard") && !t.contains("ssh"), "{t}");
     }
 
     #[test]

@@ -80,6 +80,9 @@ pub struct StatusReply {
     pub nodes: Vec<String>,
     pub ready_nodes: Vec<String>,
     pub dashboard_url: String,
+    /// Why there is no dashboard, when there is none.
+    #[serde(default)]
+    pub dashboard_note: String,
     pub runtime: String,
     /// The image's Ray and Python on this node, once its Ray loaded.
     pub ray_version: String,

@@ -171,14 +171,30 @@ async fn start_head(
         return Err(if f.loaded { step_down(shared, f.message) } else { fail(shared, f.message) });
     }
     info!("Ray head started in {:?}", t0.elapsed());
+    let note = dashboard_note(shared);
     publish(shared, |v| {
-        if spec.config.dashboard {
-            v.dashboard_url = format!("http://{ip}:{}", head_ports.dashboard);
+        match &note {
+            None => v.dashboard_url = format!("http://{ip}:{}", head_ports.dashboard),
+            Some(why) => v.dashboard_note = why.clone(),
         }
         v.set_phase(Phase::HeadReady);
     });
     view::recount(shared).await;
     Ok(())
+}
+
+/// Why the head's Ray runs without a dashboard, or None when it has one.
+fn dashboard_note(shared: &Shared) -> Option<String> {
+    if !shared.spec.config.dashboard {
+        return Some("the site turned it off (dashboard = false in syndeo.toml)".into());
+    }
+    let has = shared.image_ray.lock().ok().and_then(|r| r.as_ref().and_then(|r| r.dashboard));
+    (has == Some(false)).then(|| {
+        format!(
+            "image {}'s Ray has no dashboard or jobs API; install ray[default] in the image for them",
+            super::node_ray::image_of(shared)
+        )
+    })
 }
 
 /// The head's `ray start`; the GCS address goes out as soon as the GCS

@@ -7,7 +7,8 @@ which is the node's ray.log):
   SYNDEO_LAUNCHER_READY <json>   Ray is importable; waiting for `ray start` arguments.
                                  The JSON says what the image has: {"ray": version,
                                  "python": version, "flags": [ray start's long options],
-                                 "preload": whether syndeo's preload library loaded}
+                                 "preload": whether syndeo's preload library loaded,
+                                 "dashboard": whether Ray's dashboard is installed}
   SYNDEO_RAY_STARTED             `ray start` returned: this node joined the cluster
   SYNDEO_RAY_FAILED <message>    Ray could not start; the message says why
   SYNDEO_RAY_DIED                this node's raylet ended while the job ran
@@ -124,7 +125,16 @@ def image_facts(cli):
     except Exception:
         pass
     return {"ray": getattr(ray, "__version__", "unknown"), "python": platform.python_version(), "flags": flags,
-            "preload": preload_loaded()}
+            "preload": preload_loaded(), "dashboard": has_dashboard()}
+
+
+def has_dashboard():
+    """Whether the image's Ray has its dashboard (`ray[default]`)."""
+    try:
+        from ray._private.utils import check_dashboard_dependencies_installed
+        return bool(check_dashboard_dependencies_installed())
+    except Exception:
+        return False
 
 
 def preload_loaded():

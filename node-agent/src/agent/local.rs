@@ -97,6 +97,7 @@ fn status(shared: &Shared) -> StatusReply {
         nodes: shared.spec.nodes.clone(),
         ready_nodes: shared.ready_nodes(),
         dashboard_url: v.dashboard_url,
+        dashboard_note: v.dashboard_note,
         runtime: shared.runtime.name().into(),
         ray_version: image_ray.as_ref().map(|r| r.ray.clone()).unwrap_or_default(),
         python_version: image_ray.map(|r| r.python).unwrap_or_default(),

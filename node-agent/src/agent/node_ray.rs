@@ -97,7 +97,10 @@ pub async fn start_ray(shared: &Shared, args: &[String], ports: &ray::NodePorts)
             job_notice(shared, &w);
         }
     }
-    let args = ray_version::fit_args(args, &found, &image)?;
+    let mut args = ray_version::fit_args(args, &found, &image)?;
+    if found.dashboard == Some(false) {
+        args = ray::without_dashboard(&args);
+    }
     if let Err(e) = driver_hook::record(&shared.spec, &found) {
         warn!("{e}");
     }

@@ -139,6 +139,26 @@ pub fn head_args(
     a
 }
 
+/// `args` with Ray's dashboard off: for an image whose Ray has none
+/// (no `ray[default]`), where `--include-dashboard true` fails the start.
+pub fn without_dashboard(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--include-dashboard" => {
+                it.next();
+                out.extend(["--include-dashboard".to_string(), "false".to_string()]);
+            }
+            "--dashboard-host" => {
+                it.next();
+            }
+            _ => out.push(a.clone()),
+        }
+    }
+    out
+}
+
 pub fn worker_args(
     spec: &JobSpec,
     ip: IpAddr,
@@ -293,7 +313,7 @@ mod tests {
         assert!(has("--num-cpus", "2") && has("--num-gpus", "0"), "{a:?}");
         assert!(has("--temp-dir", "/tmp/syndeo/9/ray"), "{a:?}");
         assert!(has("--memory", &((3000u64 - 512) * 1024 * 1024).to_string()), "{a:?}");
-        assert!(has("--include-dashboard", "false") && has("--node-ip-address", "10.0.0.1"), "{a:?}");
+        assert!(has("--include-dashboard", "true") && has("--node-ip-address", "10.0.0.1"), "{a:?}");
         // Never Ray's default 10001, which every job on the node would share.
         assert!(has("--ray-client-server-port", "23456") && has("--port", "6379"), "{a:?}");
     }
@@ -312,16 +332,19 @@ mod tests {
     }
 
     #[test]
-    fn dashboard_is_off_by_default_and_when_on_binds_the_nodes_address_only() {
-        let ports = ports();
+    fn dashboard_is_on_by_default_bound_to_the_nodes_address_only_and_off_for_an_image_without_it() {
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        let off = head_args(&spec(), ip, &HEAD, &ports, None);
-        assert!(off.windows(2).any(|w| w[0] == "--include-dashboard" && w[1] == "false"), "{off:?}");
-        let mut on_spec = spec();
-        on_spec.config.dashboard = true;
-        let on = head_args(&on_spec, ip, &HEAD, &ports, None);
+        let on = head_args(&spec(), ip, &HEAD, &ports(), None);
         assert!(on.windows(2).any(|w| w[0] == "--include-dashboard" && w[1] == "true"), "{on:?}");
         assert!(on.windows(2).any(|w| w[0] == "--dashboard-host" && w[1] == "10.0.0.1"), "{on:?}");
         assert!(!on.iter().any(|a| a == "0.0.0.0"), "{on:?}");
+        let without = without_dashboard(&on);
+        assert!(without.windows(2).any(|w| w[0] == "--include-dashboard" && w[1] == "false"), "{without:?}");
+        assert!(!without.iter().any(|a| a == "--dashboard-host"), "{without:?}");
+        assert_eq!(without.len(), on.len() - 2, "only --dashboard-host and its value go: {without:?}");
+        let mut off_spec = spec();
+        off_spec.config.dashboard = false;
+        let off = head_args(&off_spec, ip, &HEAD, &ports(), None);
+        assert!(off.windows(2).any(|w| w[0] == "--include-dashboard" && w[1] == "false"), "{off:?}");
     }
 }

@@ -62,17 +62,20 @@ pub struct ImageRay {
     /// None: not said (the stand-in launcher).
     #[serde(default)]
     pub preload: Option<bool>,
+    /// Whether the image's Ray has its dashboard (`ray[default]`); None: not said.
+    #[serde(default)]
+    pub dashboard: Option<bool>,
 }
 
 impl ImageRay {
     /// What the stand-in launcher reports: the newest tier, every flag.
     pub fn stand_in() -> ImageRay {
-        ImageRay { ray: "2.60.0".into(), python: "3.11.2".into(), flags: None, preload: None }
+        ImageRay { ray: "2.60.0".into(), python: "3.11.2".into(), flags: None, preload: None, dashboard: None }
     }
 
     /// A ready line whose report could not be read: refused by `check`.
     pub fn unreadable() -> ImageRay {
-        ImageRay { ray: "unknown".into(), python: "unknown".into(), flags: None, preload: None }
+        ImageRay { ray: "unknown".into(), python: "unknown".into(), flags: None, preload: None, dashboard: None }
     }
 
     /// Python's major.minor, which a driver must share with the cluster.
@@ -156,7 +159,7 @@ mod tests {
     use super::*;
 
     fn ray(v: &str) -> ImageRay {
-        ImageRay { ray: v.into(), python: "3.11.2".into(), flags: None, preload: None }
+        ImageRay { ray: v.into(), python: "3.11.2".into(), flags: None, preload: None, dashboard: None }
     }
     const ALLOW: Policy = Policy { allow_unauthenticated: true };
     const DENY: Policy = Policy { allow_unauthenticated: false };

@@ -40,6 +40,7 @@ pub fn broadcast_view(v: &ClusterView) -> ClusterView {
         message: v.message.clone(),
         ready_nodes: Vec::new(),
         dashboard_url: v.dashboard_url.clone(),
+        dashboard_note: v.dashboard_note.clone(),
         ray_token: v.ray_token.clone(),
         memory_mb: Default::default(),
         job_stderr: v.job_stderr.clone(),
