@@ -14,7 +14,8 @@
 //! Shared by several: [`config`] (the site's syndeo.toml), [`job`] (the job as
 //! a node sees it), [`fault`] (user fault vs node fault), [`alloc`],
 //! [`hostlist`], [`secret`].
-#![forbid(unsafe_code)]
+// The only `unsafe` is in [`pidfd`] (two system calls), which allows it.
+#![deny(unsafe_code)]
 
 pub mod agent;
 pub mod alloc;
@@ -27,6 +28,7 @@ pub mod gres;
 pub mod hostlist;
 pub mod job;
 pub mod limits;
+pub mod pidfd;
 pub mod root;
 pub mod runtime;
 pub mod secret;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
@@ -26,6 +26,7 @@ use nix::unistd::Pid;
 use syndeo_protocol::layout::JobDir;
 
 use crate::job::{JobSpec, JobState};
+use crate::pidfd::Process;
 use crate::root::privdrop::{drop_to, Identity};
 
 /// Starts of the agent after the first; a node whose agent keeps dying has a
@@ -133,6 +134,8 @@ fn start(image: Option<&Path>, restart: Option<&(u32, String)>) -> Result<Pid> {
 /// so a SIGCHLD taken by another thread (in tests) only delays it.
 fn watch(agent: Pid, signals: &SigSet) -> Result<Ended> {
     let fd = SignalFd::with_flags(signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).context("signalfd")?;
+    // Our child, not reaped yet: its pidfd names it until the end.
+    let handle = Process::child(agent.as_raw() as u32).context("pidfd_open for the node agent")?;
     let mut told = false;
     loop {
         match waitpid(agent, Some(WaitPidFlag::WNOHANG)) {
@@ -151,7 +154,7 @@ fn watch(agent: Pid, signals: &SigSet) -> Result<Ended> {
         while let Ok(Some(info)) = fd.read_signal() {
             if info.ssi_signo != Signal::SIGCHLD as u32 && !told {
                 told = true;
-                let _ = kill(agent, Signal::SIGTERM);
+                let _ = handle.signal(Signal::SIGTERM);
             }
         }
     }

@@ -17,8 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use syndeo_protocol::env::JOB_MARKER;
 
 use super::budget::Budget;
@@ -28,6 +27,7 @@ use super::state::{ProcRecord, StateDir};
 use super::{logs, mounts, note, procs};
 use crate::cli::EpilogArgs;
 use crate::config::Config;
+use crate::pidfd::Process;
 
 pub fn run(a: &EpilogArgs) -> Result<()> {
     let budget = Budget::start();
@@ -42,11 +42,11 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
         None
     });
     let state = state_dir.as_ref().and_then(|d| d.load().ok());
-    let supervisor = state_dir.as_ref().and_then(|d| d.supervisor()).filter(|r| alive(*r));
-    if let Some(r) = supervisor {
-        stop_gracefully(r, budget.grace(config.stop_grace));
+    let supervisor = state_dir.as_ref().and_then(|d| d.supervisor()).and_then(supervisor_of);
+    if let Some(s) = &supervisor {
+        stop_gracefully(s, budget.grace(config.stop_grace));
     }
-    let survivors = kill_all(c.uid, c.job, supervisor.map(|r| r.pid), budget.kill());
+    let survivors = kill_all(c.uid, c.job, supervisor.as_ref().map(Process::pid), budget.kill());
     if let Some(state) = &state {
         logs::save(&state.spec, budget.logs());
     }
@@ -77,30 +77,34 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
     Ok(())
 }
 
-fn alive(r: ProcRecord) -> bool {
-    procs::stat(r.pid).is_some_and(|s| s.start_time == r.start_time)
+/// The supervisor `start` recorded, through a pidfd, if it still runs (the
+/// same PID and start time: never another process that reused its PID).
+fn supervisor_of(r: ProcRecord) -> Option<Process> {
+    Process::verified(r.pid, r.start_time)
 }
 
 /// SIGTERM to the supervisor (which passes it on to the agent, which stops
 /// Ray), then until `deadline` for it to end.
-fn stop_gracefully(r: ProcRecord, deadline: Instant) {
-    let _ = kill(Pid::from_raw(r.pid), Signal::SIGTERM);
-    while Instant::now() < deadline && alive(r) {
-        std::thread::sleep(Duration::from_millis(50));
+fn stop_gracefully(supervisor: &Process, deadline: Instant) {
+    if supervisor.signal(Signal::SIGTERM).is_ok() {
+        supervisor.ended_by(deadline);
     }
 }
 
-/// SIGKILLs the job's processes until none is left or `deadline` passes;
-/// returns the survivors.
+/// SIGKILLs the job's processes, each through a pidfd taken with the start
+/// time it was found with, until none is left or `deadline` passes; returns
+/// the survivors.
 fn kill_all(uid: u32, job: u32, session: Option<i32>, deadline: Instant) -> Vec<i32> {
     let job = job.to_string();
     loop {
         let left = procs::job_processes(uid, (JOB_MARKER, &job), session);
         if left.is_empty() || Instant::now() >= deadline {
-            return left;
+            return left.iter().map(|p| p.pid).collect();
         }
-        for &p in &left {
-            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        for p in &left {
+            if let Some(process) = Process::verified(p.pid, p.start_time) {
+                let _ = process.signal(Signal::SIGKILL);
+            }
         }
         std::thread::sleep(Duration::from_millis(100));
     }

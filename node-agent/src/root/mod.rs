@@ -3,7 +3,8 @@
 //! Slurm has one) and `epilog` (stop and remove everything of the job).
 //! They create and remove the job's directories without following links,
 //! drop every privilege in a child before anything of the user's runs, and
-//! find the job's processes by PID and start time, never by name.
+//! find the job's processes by PID and start time, never by name, and
+//! signal them through a pidfd taken with that start time (`crate::pidfd`).
 pub mod beneath;
 pub mod budget;
 pub mod dirs;

@@ -61,14 +61,19 @@ pub fn all_pids() -> Vec<i32> {
     rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
 }
 
-/// Processes of `uid` that carry the job marker or live in `session`.
-pub fn job_processes(uid: u32, marker: (&str, &str), session: Option<i32>) -> Vec<i32> {
+/// Processes of `uid` that carry the job marker or live in `session`, each
+/// with its start time (read before and after the checks, so that all of
+/// them are about one process, not a PID reused meanwhile).
+pub fn job_processes(uid: u32, marker: (&str, &str), session: Option<i32>) -> Vec<ProcStat> {
     let me = std::process::id() as i32;
     all_pids()
         .into_iter()
-        .filter(|&p| p != me && uid_of(p) == Some(uid))
-        .filter(|&p| {
-            session.is_some_and(|s| stat(p).is_some_and(|st| st.session == s)) || has_env(p, marker.0, marker.1)
+        .filter(|&p| p != me)
+        .filter_map(|p| {
+            let before = stat(p)?;
+            let ours = uid_of(p) == Some(uid)
+                && (session.is_some_and(|s| before.session == s) || has_env(p, marker.0, marker.1));
+            (ours && stat(p)?.start_time == before.start_time).then_some(before)
         })
         .collect()
 }

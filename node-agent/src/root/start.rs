@@ -57,7 +57,20 @@ pub fn run(a: &StartArgs) -> Result<()> {
     if let Err(e) = &result {
         drain::drain(&state.spec.node, &format!("node fault starting the agent of job {}: {e:#}", c.job));
     }
+    if a.hold {
+        wait_for_eof();
+    }
     result
+}
+
+/// The plugin gives the supervisor's PID (printed on stdout) to the job's
+/// step while this process lives, then closes its stdin. This process never
+/// reaps the supervisor, so until it ends that PID is the supervisor's,
+/// even if the supervisor has ended: the plugin never adopts a process that
+/// reused the number.
+fn wait_for_eof() {
+    use std::io::Read;
+    let _ = std::io::stdin().lock().take(4096).read_to_end(&mut Vec::new());
 }
 
 fn start(dir: &StateDir, state: &JobState, runtime_base: &Path) -> Result<()> {
@@ -70,7 +83,7 @@ fn start(dir: &StateDir, state: &JobState, runtime_base: &Path) -> Result<()> {
     dup2(listener.as_raw_fd(), MESH_FD)?;
     dup2(sealed.as_raw_fd(), STATE_FD)?;
     drop((listener, sealed));
-    let mut child = supervisor_command(spec).spawn().context("starting the node agent's supervisor")?;
+    let child = supervisor_command(spec).spawn().context("starting the node agent's supervisor")?;
     let pid = child.id() as i32;
     let start_time = procs::stat(pid).map(|s| s.start_time).unwrap_or(0);
     dir.record_supervisor(ProcRecord { pid, start_time })?;
@@ -85,8 +98,9 @@ fn start(dir: &StateDir, state: &JobState, runtime_base: &Path) -> Result<()> {
         if std::fs::symlink_metadata(jd.socket()).is_ok() || jd.failed_note().exists() {
             return Ok(());
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            eprintln!("the node agent's supervisor exited at start ({status}); see {}", jd.agent_log().display());
+        // Not reaped (see `wait_for_eof`): a zombie is a supervisor that ended.
+        if procs::stat(pid).is_none_or(|s| s.state == 'Z') {
+            eprintln!("the node agent's supervisor exited at start; see {}", jd.agent_log().display());
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(10));

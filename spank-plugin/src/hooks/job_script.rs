@@ -86,6 +86,7 @@ pub fn start_agent(cfg: &PluginConfig, job: u32, uid: u32, adopt: bool) -> HookR
     if adopt {
         cmd.stdout(Stdio::piped());
     }
+    let started = Instant::now();
     let mut helper = cmd.spawn().map_err(|e| spawn_error("start", &cfg.agent.to_string_lossy(), e))?;
     if adopt {
         match adopt_into_extern_step(job, helper.id() as i32) {
@@ -95,24 +96,49 @@ pub fn start_agent(cfg: &PluginConfig, job: u32, uid: u32, adopt: bool) -> HookR
             }
         }
     }
-    if let Some(mut go) = helper.stdin.take() {
+    // Kept open until the supervisor is accounted: the helper waits for its end.
+    let go = helper.stdin.take().map(|mut go| {
         let _ = go.write_all(b"go\n");
-    }
-    let said = helper.stdout.take();
-    finish(helper, START_LIMIT, "start", &cfg.agent.to_string_lossy())?;
-    // The helper has ended; the supervisor it started lives on. Slurm's
-    // accounting of the step counts the processes below a pid it was given:
-    // give it the supervisor's, under which the agent and Ray run.
-    if let Some(pid) = said.and_then(|mut out| {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut out, &mut text).ok()?;
-        text.lines().find_map(|l| l.strip_prefix("supervisor ")?.trim().parse::<i32>().ok())
-    }) {
-        if let Err(e) = adopt_into_extern_step(job, pid) {
-            log_error(&format!("syndeo: job {job}: accounting the supervisor ({pid}): {e}"));
+        go
+    });
+    if let Some(said) = helper.stdout.take().map(supervisor_line) {
+        if let Ok(Some(pid)) = said.recv_timeout(START_LIMIT) {
+            account_supervisor(job, &mut helper, pid);
         }
     }
+    drop(go);
+    let left = START_LIMIT.saturating_sub(started.elapsed()).max(Duration::from_secs(1));
+    finish(helper, left, "start", &cfg.agent.to_string_lossy())?;
     Ok(())
+}
+
+/// The supervisor's PID, from the helper's `supervisor PID` line, read in a
+/// thread (it ends when the helper closes its stdout, at its end at the
+/// latest), so the hook waits for it with a timeout.
+fn supervisor_line(out: std::process::ChildStdout) -> std::sync::mpsc::Receiver<Option<i32>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+        let _ = tx.send(line.strip_prefix("supervisor ").and_then(|p| p.trim().parse::<i32>().ok()));
+    });
+    rx
+}
+
+/// Slurm's accounting of the step counts the processes below a PID it is
+/// given: the supervisor's, under which the agent and Ray run. The helper,
+/// its parent, never reaps it and is still running (it waits for its stdin
+/// to close), so the PID cannot name another process that reused it.
+fn account_supervisor(job: u32, helper: &mut std::process::Child, pid: i32) {
+    if !matches!(helper.try_wait(), Ok(None)) {
+        return log_error(&format!("syndeo: job {job}: the start helper ended early; supervisor {pid} not accounted"));
+    }
+    if let Err(e) = adopt_into_extern_step(job, pid) {
+        log_error(&format!("syndeo: job {job}: accounting the supervisor ({pid}): {e}"));
+    }
+    if !matches!(helper.try_wait(), Ok(None)) {
+        log_error(&format!("syndeo: job {job}: the start helper ended while process {pid} was accounted"));
+    }
 }
 
 /// `{"node": "addr", ...}` for the job's nodes, from Slurm's configuration.
@@ -237,5 +263,30 @@ fn finish(spawned: std::process::Child, limit: Duration, what: &str, agent: &str
         Some(exit::OK) => Ok(Outcome::Done),
         Some(exit::NOT_CLEAN) if what == "epilog" => Ok(Outcome::NotClean),
         _ => Err(HookError(format!("syndeo: {what} failed on this node ({}); see the lines above", done.status))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn helper(script: &str) -> std::process::Child {
+        Command::new("/bin/sh").args(["-c", script]).stdout(Stdio::piped()).spawn().unwrap()
+    }
+
+    #[test]
+    fn the_supervisor_pid_is_read_from_the_helper_with_a_timeout() {
+        let mut h = helper("echo supervisor 4242; sleep 1");
+        let said = supervisor_line(h.stdout.take().unwrap());
+        assert_eq!(said.recv_timeout(Duration::from_secs(5)), Ok(Some(4242)));
+        h.wait().unwrap();
+        let mut h = helper("exit 0");
+        assert_eq!(supervisor_line(h.stdout.take().unwrap()).recv_timeout(Duration::from_secs(5)), Ok(None));
+        h.wait().unwrap();
+        let mut h = helper("sleep 3");
+        let t = Instant::now();
+        assert!(supervisor_line(h.stdout.take().unwrap()).recv_timeout(Duration::from_millis(200)).is_err());
+        assert!(t.elapsed() < Duration::from_secs(2));
+        h.wait().unwrap();
     }
 }
