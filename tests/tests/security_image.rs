@@ -1,9 +1,15 @@
 //! A malicious image on the minicluster: whatever a process in the job's
-//! image does, it cannot outlive the job. A Ray task that leaves Ray's
-//! process tree, its session and its environment (all that the epilog's
-//! search by session and marker looks at) is ended with the job, in Slurm's
-//! cgroup mode (Slurm ends the job's cgroup) and without it (`--no-cgroups`,
-//! proctrack/linuxproc: the kernel ends Ray's container's PID namespace).
+//! image does, it cannot outlive the job, nor push input into the user's
+//! terminal.
+//! - A Ray task that leaves Ray's process tree, its session and its
+//!   environment (all that the epilog's search by session and marker looks
+//!   at) is ended with the job, in Slurm's cgroup mode (Slurm ends the job's
+//!   cgroup) and without it (`--no-cgroups`, proctrack/linuxproc: the kernel
+//!   ends Ray's container's PID namespace).
+//! - A process of the image run on the user's terminal (`syndeo exec`, as
+//!   `srun --syndeo` runs it) does not have it as its controlling terminal,
+//!   so TIOCSTI cannot queue a command for the user's shell.
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use syndeo_tests::*;
@@ -129,4 +135,100 @@ fn wait_until_gone(duration: &str, limit: Duration) -> Vec<i32> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Run on a terminal: whether its stdin is one, its session, the session
+/// whose controlling terminal it is (TIOCGSID: ENOTTY when it is not this
+/// process's controlling terminal), and whether TIOCSTI queued a line there.
+const TIOCSTI_PROBE: &str = r#"
+import errno, fcntl, os, struct, sys, termios
+def why(e): return errno.errorcode.get(e.errno, str(e.errno))
+try:
+    tty_session = struct.unpack("i", fcntl.ioctl(0, getattr(termios, "TIOCGSID", 0x5429), b"\0" * 4))[0]
+except OSError as e:
+    tty_session = why(e)
+try:
+    for c in b"INJECTED\n":
+        fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))
+    pushed = "OK"
+except OSError as e:
+    pushed = why(e)
+print(f"PROBE {sys.argv[1]} tty={os.isatty(0)} session={os.getsid(0)} tty_session={tty_session} tiocsti={pushed}", flush=True)
+"#;
+
+/// The user's shell on a terminal: it runs the probe on the host, then in the
+/// image, and after each reads what waits on the terminal. A queued line is
+/// what an interactive shell would run as the user, outside the image.
+const HOST_SHELL: &str = r#"#!/bin/bash
+python3 tiocsti.py host >> results
+read -r -t 3 line; echo "READ host [$line]" >> results
+syndeo exec python3 tiocsti.py image >> results
+read -r -t 3 line; echo "READ image [$line]" >> results
+"#;
+
+/// The job: the shell on a fresh terminal, a pty whose session it leads
+/// (Python's `pty.spawn`, which copies nothing into it once its own stdin,
+/// here /dev/null, ends; `script` would type an end of file there).
+const ON_A_TERMINAL: &str = r#"#!/bin/bash
+python3 -c 'import os, pty; os._exit(os.waitstatus_to_exitcode(pty.spawn(["bash", "host_shell.sh"])))' > terminal.out
+echo "TERMINAL CLOSED $?"
+"#;
+
+/// `PROBE <who> k=v ...` of the results, as a map.
+fn probe(results: &str, who: &str) -> HashMap<String, String> {
+    let line = results.lines().find_map(|l| l.strip_prefix(&format!("PROBE {who} ")));
+    let line = line.unwrap_or_else(|| panic!("no {who} probe in: {results}"));
+    line.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect()
+}
+
+/// What the shell read from the terminal after `who`'s probe.
+fn read_after(results: &str, who: &str) -> String {
+    let line = results.lines().find_map(|l| l.strip_prefix(&format!("READ {who} [")));
+    line.unwrap_or_else(|| panic!("no read after the {who} probe in: {results}")).trim_end_matches(']').to_string()
+}
+
+/// Whether the kernel lets users' processes use TIOCSTI at all (always,
+/// before Linux 6.2; `dev.tty.legacy_tiocsti` since).
+fn legacy_tiocsti() -> bool {
+    std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").map_or(true, |v| v.trim() == "1")
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_process_in_the_image_cannot_queue_input_for_the_users_shell_on_its_terminal_with_tiocsti() {
+    let image = image();
+    let dir = workdir(USER_A, "tiocsti");
+    write_file(USER_A, &dir.join("tiocsti.py"), TIOCSTI_PROBE);
+    write_file(USER_A, &dir.join("host_shell.sh"), HOST_SHELL);
+    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={image}")], ON_A_TERMINAL);
+    let _cancel = CancelOnDrop(vec![job.id]);
+    assert_eq!(job.wait(Duration::from_secs(240)), "COMPLETED", "{}", job.output());
+    assert_clean(&job, USER_A);
+    // The probes' lines, then what the terminal showed (errors included).
+    let file = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let results = format!("{}--- the terminal ---\n{}", file("results"), file("terminal.out"));
+    let legacy = legacy_tiocsti();
+
+    // The control: on the host, the probe's terminal is its shell's
+    // controlling terminal, and a line it queues is what the shell reads next.
+    let host = probe(&results, "host");
+    assert_eq!((host["tty"].as_str(), &host["tty_session"]), ("True", &host["session"]), "{results}");
+    let (pushed, read) = if legacy { ("OK", "INJECTED") } else { ("EIO", "") };
+    assert_eq!((host["tiocsti"].as_str(), read_after(&results, "host").as_str()), (pushed, read), "{results}");
+
+    // In the image: the same terminal on its stdin, but not as its
+    // controlling terminal; nothing reaches the shell.
+    let inside = probe(&results, "image");
+    assert_eq!(inside["tty"], "True", "the image's probe had no terminal to try: {results}");
+    if runtime() == "apptainer" && legacy {
+        // `apptainer exec` keeps the caller's session, and syndeo cannot
+        // give it a new one yet; only `dev.tty.legacy_tiocsti = 0` closes it.
+        eprintln!("NOT SHOWN on apptainer with legacy TIOCSTI on: the image's probe got {inside:?}");
+        return;
+    }
+    if runtime() == "bubblewrap" {
+        assert_eq!(inside["tty_session"], "ENOTTY", "the image shares the shell's terminal session: {results}");
+    }
+    assert!(["EPERM", "EIO"].contains(&inside["tiocsti"].as_str()), "TIOCSTI from the image: {results}");
+    assert_eq!(read_after(&results, "image"), "", "the shell read what the image queued: {results}");
 }

@@ -1,7 +1,10 @@
 //! The bubblewrap runtime: a root filesystem directory, run with `bwrap` in a
-//! new user namespace (same uid), capabilities dropped, host network. The
-//! image's top-level directories are bound read-only onto a fresh tmpfs root,
-//! so the job's bind mounts can create their mount points.
+//! new user namespace (same uid), capabilities dropped, host network, in a
+//! session of its own (`--new-session`: no process of the image shares the
+//! user's terminal as its controlling terminal, so none can push input into
+//! it with TIOCSTI; CVE-2017-5226). The image's top-level directories are
+//! bound read-only onto a fresh tmpfs root, so the job's bind mounts can
+//! create their mount points.
 use std::path::{Path, PathBuf};
 
 use super::{gpu_binds, ContainerRuntime, ContainerSpec};
@@ -51,7 +54,7 @@ impl ContainerRuntime for Bubblewrap {
         if spec.own_pid_namespace {
             c.push("--unshare-pid".into());
         }
-        c.extend(["--die-with-parent".into(), "--tmpfs".into(), "/".into()]);
+        c.extend(["--new-session".into(), "--die-with-parent".into(), "--tmpfs".into(), "/".into()]);
         let entries =
             std::fs::read_dir(&spec.image).map_err(|e| Fault::user(format!("image {}: {e}", spec.image.display())))?;
         let mut names: Vec<(String, PathBuf)> =
@@ -154,6 +157,21 @@ mod tests {
             assert!(has(&c, seq), "missing {seq:?} in {c:?}");
         }
         assert!(!c.contains(&"--share-net".to_string()) && !c.contains(&"--unshare-net".to_string()));
+    }
+
+    /// `srun --syndeo` and `syndeo exec` may run on the user's terminal: the
+    /// image must not get it as its controlling terminal (TIOCSTI).
+    #[test]
+    fn every_container_runs_in_a_new_session_the_exec_ones_on_a_terminal_included() {
+        let img = fake_image();
+        let mut exec = spec(img.path());
+        exec.clean_env = false;
+        exec.own_pid_namespace = false;
+        for sp in [spec(img.path()), exec] {
+            let c = Bubblewrap { binary: "/usr/bin/bwrap".into() }.command(&sp, &["python3".into()]).unwrap();
+            let at = c.iter().position(|a| a == "--new-session").unwrap_or_else(|| panic!("no --new-session: {c:?}"));
+            assert!(at < c.iter().position(|a| a == "--").unwrap(), "an option of bwrap's, not of the command: {c:?}");
+        }
     }
 
     #[test]
