@@ -26,6 +26,7 @@ pub mod exec;
 pub mod fault;
 pub mod gres;
 pub mod hostlist;
+pub mod image_tree;
 pub mod job;
 pub mod limits;
 pub mod pidfd;

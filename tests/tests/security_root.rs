@@ -382,3 +382,28 @@ fn the_users_other_processes_can_neither_read_nor_take_the_descriptors_of_syndeo
     assert_eq!(job.lines("REFUSED_READ ").len() as u32, agents, "{out}");
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
+
+/// A sandbox image (a copy of the test image, `cp -al`) in which one
+/// directory Ray loads its code from is writable by every user: another
+/// user could put code there that the job runs as its user. The job is
+/// refused with a message naming that directory, and no node drains.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_sandbox_image_with_a_directory_every_user_can_write_is_refused_naming_it() {
+    let image = built_image(&[]);
+    let open = format!("{image}-openwrite");
+    let inside = "/usr/local/lib/python3.11/dist-packages";
+    if !Path::new(&format!("{open}/.complete")).exists() {
+        let _ = std::fs::remove_dir_all(&open);
+        let o = run(&["cp", "-al", &image, &open]);
+        assert!(o.status.success(), "cp -al: {}", text(&o));
+        std::fs::write(format!("{open}/.complete"), "").unwrap();
+    }
+    // A directory of the copy (cp -al links files, not directories).
+    assert!(run(&["chmod", "0777", &format!("{open}{inside}")]).status.success());
+    let dir = workdir(USER_A, "open-image");
+    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={open}")], SCRIPT_RAN);
+    let out = job.assert_refused(Duration::from_secs(180), &format!("{inside} is writable by every user"));
+    assert!(out.contains(&format!("image {open}")), "{out}");
+    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
+}

@@ -104,6 +104,10 @@ pub fn from_config(c: &Config) -> Box<dyn ContainerRuntime> {
 pub fn check_image(rt: &dyn ContainerRuntime, image: &Path, allowed: &[PathBuf]) -> Result<PathBuf, Fault> {
     let real = check_image_common(image, allowed)?;
     rt.check_format(&real, image)?;
+    // A directory image: nothing inside may be another user's to change.
+    if real.is_dir() {
+        crate::image_tree::check(&real, image)?;
+    }
     if !rt.binary().exists() {
         return Err(Fault::node(format!(
             "the container runtime {} ({}) is not installed on this node; ask the admins",
