@@ -62,6 +62,8 @@ pub fn run() -> Result<()> {
     let spec = &state.spec;
     let job_dir = spec.job_dir.clone();
     become_the_user(spec)?;
+    // As the user: root's `start` does not enter the user's tree.
+    std::env::set_current_dir(&job_dir).with_context(|| format!("entering {}", job_dir.display()))?;
     // Own session: the epilog finds the job's processes by it.
     let _ = nix::unistd::setsid();
     for problem in spec.limits.apply() {

@@ -27,6 +27,7 @@ use nix::sys::socket::{
 };
 use nix::unistd::dup2;
 use syndeo_protocol::env::JOB_MARKER;
+use syndeo_protocol::layout::JobDir;
 
 use super::prolog::mark_inherited_fds_cloexec;
 use super::state::{JobState, ProcRecord, StateDir};
@@ -92,10 +93,10 @@ fn start(dir: &StateDir, state: &JobState, runtime_base: &Path) -> Result<()> {
     let _ = writeln!(out, "supervisor {pid}").and_then(|_| out.flush());
     // Return once the agent listens, so a job step never races its socket.
     let jd = spec.dir();
+    let listening = socket_seen(&jd);
     let deadline = Instant::now() + AGENT_START_LIMIT;
     while Instant::now() < deadline {
-        // Not following a link the user put in the socket's place.
-        if std::fs::symlink_metadata(jd.socket()).is_ok() || jd.failed_note().exists() {
+        if listening.try_recv().is_ok() || jd.failed_note().exists() {
             return Ok(());
         }
         // Not reaped (see `wait_for_eof`): a zombie is a supervisor that ended.
@@ -107,6 +108,26 @@ fn start(dir: &StateDir, state: &JobState, runtime_base: &Path) -> Result<()> {
     }
     eprintln!("the node agent did not open {} within {AGENT_START_LIMIT:?}", jd.socket().display());
     Ok(())
+}
+
+/// Says once the agent's socket exists. The job directory is the user's (a
+/// FUSE mount of theirs on it could hang a look into it), so the look is
+/// made in a thread this process does not wait for; it never follows a
+/// link in the socket's place.
+fn socket_seen(jd: &JobDir) -> std::sync::mpsc::Receiver<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let socket = jd.socket();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + AGENT_START_LIMIT;
+        while Instant::now() < deadline {
+            if std::fs::symlink_metadata(&socket).is_ok() {
+                let _ = tx.send(());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    rx
 }
 
 /// Descriptors 3 and 4 are the supervisor's: whatever this process got
@@ -216,7 +237,9 @@ fn supervisor_command(spec: &JobSpec) -> Command {
         .env(JOB_MARKER, spec.job_id.to_string())
         .env("LISTEN_FDS", "1")
         .env(STATE_FD_VAR, STATE_FD.to_string())
-        .current_dir(&spec.job_dir)
+        // Not the job directory: root never walks into the user's tree (the
+        // supervisor goes there once it is the user).
+        .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
