@@ -1,6 +1,6 @@
 //! The command line of `syndeo-agent`, and of `syndeo` (the same binary,
 //! installed under that name for users). `syndeo --help` lists only the
-//! users' commands; the root side's (`prolog`, `epilog`, `keygen`) show under
+//! users' commands; the root side's (`prolog`, `epilog`, `keygen`, `check`) show under
 //! `syndeo-agent --help`, and the processes the root side starts for a job
 //! (`supervise`, `serve`) under neither.
 use std::ffi::OsString;
@@ -56,6 +56,11 @@ pub enum Cmd {
     },
     /// (root, from the SPANK plugin) start the node agent of a prepared job
     Start(StartArgs),
+    /// (root, on a node) check this node's setup for syndeo, read-only; exit 1 on any FAIL
+    Check(CheckArgs),
+    /// (started by `check`, becomes an unprivileged user) tries what a job's user needs
+    #[command(hide = true)]
+    CheckProbe(ProbeArgs),
     /// (started by `start`, becomes the job user) keeps the node agent running
     #[command(hide = true)]
     Supervise,
@@ -78,7 +83,7 @@ pub enum Cmd {
 }
 
 /// The root side's commands: hidden from `syndeo --help`.
-const ROOT_COMMANDS: &[&str] = &["prolog", "start", "epilog", "keygen"];
+const ROOT_COMMANDS: &[&str] = &["prolog", "start", "epilog", "keygen", "check"];
 
 #[derive(Args, Debug)]
 pub struct CommonArgs {
@@ -114,6 +119,29 @@ pub struct StartArgs {
     /// job's extern step meanwhile).
     #[arg(long)]
     pub hold: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// One JSON array of {name, status, detail, fix}, for monitoring
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value = DEFAULT_CONFIG)]
+    pub config: PathBuf,
+    /// The unprivileged user the probes (a user namespace, a container) run as
+    #[arg(long, default_value = "nobody")]
+    pub as_user: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    #[arg(long)]
+    pub uid: u32,
+    #[arg(long)]
+    pub gid: u32,
+    /// What to try, as JSON (`check::ProbeRequest`).
+    #[arg(long)]
+    pub request: String,
 }
 
 #[derive(Args, Debug)]
@@ -177,11 +205,25 @@ mod tests {
         for c in ["status", "wait", "exec", "logs"] {
             assert!(user.contains(c), "{user}");
         }
-        for c in ["prolog", "epilog", "keygen", "supervise", "serve"] {
+        for c in ["prolog", "epilog", "keygen", "check", "supervise", "serve"] {
             assert!(!user.contains(c), "{c} in: {user}");
         }
         let admin = help("syndeo-agent");
         assert!(admin.contains("prolog") && admin.contains("keygen") && !admin.contains("supervise"), "{admin}");
+        assert!(admin.contains("check") && !admin.contains("check-probe"), "{admin}");
+    }
+
+    #[test]
+    fn check_takes_json_a_config_and_a_probe_user_defaulting_to_nobody() {
+        let cli = Cli::try_parse_from(["syndeo-agent", "check"]).unwrap();
+        match cli.command {
+            Cmd::Check(a) => {
+                assert!(!a.json && a.as_user == "nobody" && a.config == std::path::Path::new(DEFAULT_CONFIG))
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = Cli::try_parse_from(["syndeo-agent", "check", "--json", "--as-user", "syndeo-a"]).unwrap();
+        assert!(matches!(cli.command, Cmd::Check(a) if a.json && a.as_user == "syndeo-a"));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!   runs Ray in;
 //! - [`exec`] and [`user_cli`]: `srun --syndeo` tasks and the `syndeo` command.
 //!
+//! For admins: [`check`] (`syndeo-agent check`), a read-only look at a node.
+//!
 //! Shared by several: [`config`] (the site's syndeo.toml), [`job`] (the job as
 //! a node sees it), [`fault`] (user fault vs node fault), [`alloc`],
 //! [`hostlist`], [`secret`].
@@ -20,6 +22,7 @@
 pub mod agent;
 pub mod alloc;
 pub mod cgroup;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod exec;

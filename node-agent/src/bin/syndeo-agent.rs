@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use node_agent::cli::{self, Cmd};
-use node_agent::{agent, exec, root, secret, supervisor, user_cli};
+use node_agent::{agent, check, exec, root, secret, supervisor, user_cli};
 use syndeo_protocol::env;
 
 fn main() -> ExitCode {
@@ -27,6 +27,8 @@ fn main() -> ExitCode {
         Cmd::Epilog(a) => root::epilog::run(&a),
         Cmd::Keygen { path } => secret::keygen_cli(&path),
         Cmd::Start(a) => root::start::run(&a),
+        Cmd::Check(a) => check::run(&a),
+        Cmd::CheckProbe(a) => check::probe::child(&a),
         Cmd::Supervise => supervisor::run(),
         Cmd::SaveLogs(a) => root::logs::run(&a),
         Cmd::Serve { image, restart, why } => agent::serve(image, restart.zip(why)),
