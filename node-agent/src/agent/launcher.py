@@ -129,10 +129,16 @@ def image_facts(cli):
 
 
 def has_dashboard():
-    """Whether the image's Ray has its dashboard (`ray[default]`)."""
+    """Whether the image's Ray has its dashboard (`ray[default]`): Ray's own
+    test, by the name of its release (older ones: check_..._installed)."""
     try:
-        from ray._private.utils import check_dashboard_dependencies_installed
-        return bool(check_dashboard_dependencies_installed())
+        from ray._private import utils
+    except Exception:
+        return False
+    try:
+        if hasattr(utils, "get_dashboard_dependency_error"):
+            return utils.get_dashboard_dependency_error() is None
+        return bool(utils.check_dashboard_dependencies_installed())
     except Exception:
         return False
 

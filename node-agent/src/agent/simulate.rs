@@ -139,7 +139,7 @@ mod tests {
     }
 
     impl Launcher for FirstStartFails {
-        fn launch(&self, spec: &JobSpec, _: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
+        fn launch(&self, spec: &JobSpec, _: &dyn ContainerRuntime, _: IpAddr) -> Result<Launched, Fault> {
             let n = {
                 let mut l = self.launches.lock().unwrap();
                 let n = l.entry(spec.node.clone()).or_default();
