@@ -54,6 +54,10 @@ pub struct Config {
     /// and protected by the cluster's token, when the image's Ray has them
     /// (`ray[default]`); an image without runs without.
     pub dashboard: bool,
+    /// The network Ray uses: CIDRs or interface names, the first that
+    /// matches one of a node's addresses wins (network.rs); empty: Slurm's
+    /// NodeAddr.
+    pub network: Vec<crate::network::NetworkRule>,
     /// Ray object store size per node, in MiB.
     pub object_store_mb: u64,
     /// Extra bind mounts, "SRC[:DST[:ro]]".
@@ -101,6 +105,7 @@ impl Default for Config {
             head_timeout: 20,
             min_nodes: 0,
             dashboard: true,
+            network: vec![],
             object_store_mb: 512,
             extra_binds: vec![],
             temp_base: "/tmp/syndeo".into(),
@@ -255,6 +260,9 @@ mod tests {
     #[test]
     fn bad_values_are_errors() {
         assert!(parse("runtime = \"docker\"").is_err());
+        assert!(parse("network = [\"10.0.0.0/33\"]").is_err(), "not a CIDR");
+        assert!(parse("network = [\"ib0 x\"]").is_err(), "not an interface name");
+        assert_eq!(parse("network = [\"10.2.0.0/16\", \"ib0\"]").unwrap().network.len(), 2);
         assert!(parse("mesh_ports = \"9-5\"").is_err());
         assert!(parse("ray_ports = \"80-8000\"").is_err(), "privileged ports");
         assert!(parse("ray_ports = \"20000-20010\"").is_err(), "too few ports");

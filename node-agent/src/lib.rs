@@ -32,6 +32,7 @@ pub mod hostlist;
 pub mod image_tree;
 pub mod job;
 pub mod limits;
+pub mod network;
 pub mod pidfd;
 pub mod root;
 pub mod runtime;

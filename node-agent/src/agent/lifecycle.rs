@@ -59,9 +59,16 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
     let listener = mesh_listener(shared, ip).await?;
     info!(addr = ?listener.local_addr().ok(), "mesh listening");
     tokio::spawn(mesh::serve(shared.clone(), listener));
+    // Ray's address: the site's `network`, else NodeAddr as the mesh's. No
+    // match fails this node's part as a failed launch does: the head hears why.
+    let ray_ip = crate::network::choose(&shared.spec.config.network, &crate::network::interfaces(), ip);
+    let ip = *ray_ip.as_ref().unwrap_or(&ip);
 
     // The user's image is checked as the user; a mistake here fails the job, not the node.
-    let mut prepared: Prepared = launch(shared, ip).await;
+    let mut prepared: Prepared = match ray_ip {
+        Ok(_) => launch(shared, ip).await,
+        Err(e) => Err(Fault::node(format!("{node}: {e}"))),
+    };
     let give_up = t0 + Duration::from_secs(shared.spec.config.startup_timeout);
     loop {
         let end = elect_and_play(shared, ip, prepared, t0, give_up, &mut rounds).await?;
