@@ -77,8 +77,8 @@ fn job_without_syndeo_triggers_nothing() {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn installed_plugin_exports_only_the_symbols_slurm_looks_up() {
-    let so = "/usr/lib/x86_64-linux-gnu/slurm-wlm/syndeo.so";
-    let o = run(&["nm", "-D", "--defined-only", so]);
+    let so = format!("{}/usr/lib/x86_64-linux-gnu/slurm-wlm/syndeo.so", root_prefix());
+    let o = run(&["nm", "-D", "--defined-only", &so]);
     assert!(o.status.success(), "nm {so}: {}", text(&o));
     let symbols: Vec<String> = String::from_utf8_lossy(&o.stdout)
         .lines()
