@@ -1,10 +1,12 @@
-//! Per-job secrets. The mesh's bearer token is derived from the site key, so
-//! every node's prolog computes the same value on its own without talking to
-//! the others: job secret = HMAC-SHA256(site key, "syndeo job <id> uid <uid>"),
-//! mesh token = HMAC(job secret, "mesh"). Without the root-only site key nobody
-//! can compute another job's token. Ray's auth token is not derived: the head's
-//! agent makes it at random (`random_token`) and hands it to the workers over
-//! the authenticated mesh, so it is fresh for every job even if job ids repeat.
+//! Per-job secrets. The job's secret is derived from the root-only site key,
+//! so every node's prolog computes the same value on its own without talking
+//! to the others: job secret = HMAC-SHA256(site key, the job's id, user,
+//! restart count and start time; see `job_secret`). The agents' mesh keys
+//! (mutual TLS, `agent/mesh/tls.rs`) are derived from it; without the site
+//! key nobody can compute another job's. Ray's auth token is not derived:
+//! the head's agent makes it at random (`random_token`) and hands it to the
+//! workers over the authenticated mesh, so it is fresh for every job even if
+//! job ids repeat.
 use std::path::Path;
 
 use hmac::{Hmac, Mac};

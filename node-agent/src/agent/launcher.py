@@ -7,7 +7,8 @@ which is the node's ray.log):
   SYNDEO_LAUNCHER_READY <json>   Ray is importable; waiting for `ray start` arguments.
                                  The JSON says what the image has: {"ray": version,
                                  "python": version, "flags": [ray start's long options],
-                                 "preload": whether syndeo's preload library loaded,
+                                 "preload": whether syndeo's preload library loaded
+                                 (null: the agent named none),
                                  "dashboard": whether Ray's dashboard is installed}
   SYNDEO_RAY_STARTED             `ray start` returned: this node joined the cluster
   SYNDEO_RAY_FAILED <message>    Ray could not start; the message says why
@@ -145,10 +146,11 @@ def has_dashboard():
 
 def preload_loaded():
     """Whether the preload library the agent named in LD_PRELOAD is mapped in
-    this process: then Ray's binds of the held ports join their holders."""
+    this process: then Ray's binds of the held ports join their holders.
+    None when the agent named none (its install has none)."""
     lib = os.environ.get("LD_PRELOAD", "")
     if not lib:
-        return False
+        return None
     try:
         with open("/proc/self/maps") as f:
             return any(line.rstrip().endswith(lib) for line in f)

@@ -115,8 +115,8 @@ pub async fn start_ray(shared: &Shared, args: &[String], ports: &ray::NodePorts)
         job_notice(
             shared,
             &format!(
-                "syndeo: syndeo's preload library is not loaded in image {image} on {node} (it needs a glibc \
-                 image; see the agent's log), so Ray's ports there are free between their pick and Ray's bind"
+                "syndeo: image {image} on {node} could not load syndeo's preload library (it needs glibc), so \
+                 Ray's ports there are free between their pick and Ray's bind"
             ),
         );
     }

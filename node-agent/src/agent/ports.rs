@@ -135,15 +135,15 @@ fn ephemeral_range() -> Option<(u16, u16)> {
 }
 
 /// The uids of the listening TCP sockets on `port` for `ip` (its own or a
-/// wildcard address), from the kernel's tables: whose listener a
-/// connection to `ip:port` may reach.
+/// wildcard address), from the kernel's table of `ip`'s family: whose
+/// listener a connection to `ip:port` may reach. For an IPv4 `ip` the IPv6
+/// table does not count: while the job holds `0.0.0.0:port`, another uid
+/// can bind that port there only IPv6-only (a dual-stack socket conflicts),
+/// which no IPv4 connection reaches.
 pub fn listener_uids(ip: IpAddr, port: u16) -> Vec<u32> {
-    let mut uids = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let text = std::fs::read_to_string(table).unwrap_or_default();
-        uids.extend(text.lines().skip(1).filter_map(|l| listener_uid(l, ip, port)));
-    }
-    uids
+    let table = if ip.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
+    let text = std::fs::read_to_string(table).unwrap_or_default();
+    text.lines().skip(1).filter_map(|l| listener_uid(l, ip, port)).collect()
 }
 
 /// The uid of one line of /proc/net/tcp{,6} if it is a listener on `port`

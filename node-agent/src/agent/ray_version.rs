@@ -59,7 +59,8 @@ pub struct ImageRay {
     /// every argument (the stand-in launcher of tests and benchmarks).
     pub flags: Option<BTreeSet<String>>,
     /// Whether syndeo's preload library loaded in the launcher (`ports.rs`);
-    /// None: not said (the stand-in launcher).
+    /// None: the agent named none (its install lacks it: logged), or the
+    /// stand-in launcher.
     #[serde(default)]
     pub preload: Option<bool>,
     /// Whether the image's Ray has its dashboard (`ray[default]`); None: not said.
