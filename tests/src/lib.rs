@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+pub mod packages;
+
 pub const USER_A: &str = "syndeo-a";
 pub const USER_B: &str = "syndeo-b";
 
