@@ -240,6 +240,31 @@ mod tests {
         assert!(LAUNCHER_SCRIPT.contains("def main(") && LAUNCHER_SCRIPT.contains("if __name__ == \"__main__\":"));
     }
 
+    /// `has_dashboard` in the launcher, run by a real Python against a
+    /// stand-in of Ray's own test (`get_dashboard_dependency_error`).
+    #[test]
+    fn the_launcher_says_the_image_has_a_dashboard_only_when_rays_own_test_passes() {
+        let dir = std::env::temp_dir().join(format!("syndeo-launcher-dash-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("ray/_private")).unwrap();
+        std::fs::write(dir.join("launcher.py"), LAUNCHER_SCRIPT).unwrap();
+        std::fs::write(dir.join("ray/__init__.py"), "").unwrap();
+        std::fs::write(dir.join("ray/_private/__init__.py"), "").unwrap();
+        let answer = |error: &str| {
+            let utils = format!("def get_dashboard_dependency_error():\n    return {error}\n");
+            std::fs::write(dir.join("ray/_private/utils.py"), utils).unwrap();
+            let code = "import launcher; print(launcher.has_dashboard())";
+            let o = std::process::Command::new("/usr/bin/python3")
+                .args(["-B", "-c", code])
+                .env("PYTHONPATH", &dir)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).trim().to_string() + &String::from_utf8_lossy(&o.stderr)
+        };
+        let (with, without) = (answer("None"), answer("'No module named aiohttp'"));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!((with.as_str(), without.as_str()), ("True", "False"));
+    }
+
     /// `active_nodes` in the launcher, run by a real Python on the two forms
     /// of Ray's status report: with the autoscaler's count (what `ray
     /// status` prints under Active), and with only per-node resources.
