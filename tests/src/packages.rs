@@ -65,6 +65,24 @@ pub fn scratch_dir(what: &str) -> PathBuf {
     dir
 }
 
+/// The line the next version (0.1.1) adds to syndeo.toml, in [`changed_etc`].
+pub const CHANGED: &str = "# changed in 0.1.1";
+
+/// A copy of the checkout's etc/ whose syndeo.toml the next version changed.
+pub fn changed_etc() -> PathBuf {
+    let dir = scratch_dir("etc-0.1.1");
+    let o = crate::run(&["cp", "-a", &format!("{}/etc/.", repo().display()), dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let toml = std::fs::read_to_string(dir.join("syndeo.toml")).unwrap();
+    std::fs::write(dir.join("syndeo.toml"), format!("{toml}{CHANGED}\n")).unwrap();
+    dir
+}
+
+/// The directory of the package file `p`.
+pub fn dir_of(p: &str) -> String {
+    Path::new(p).parent().unwrap().to_str().unwrap().to_string()
+}
+
 /// Every file of a deb (dpkg-deb -x) or an RPM (rpm2archive, no cpio
 /// needed) unpacked into `into`.
 pub fn unpack(package: &str, into: &Path) {

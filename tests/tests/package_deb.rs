@@ -3,7 +3,7 @@
 //! over an edited config, remove, purge; and a deb of another Slurm release
 //! refused. Each install goes into a throwaway overlay over the cached root.
 //! No minicluster: `cargo test -p syndeo-tests --test package_deb -- --ignored`.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use syndeo_tests::packages::*;
 use syndeo_tests::*;
@@ -13,21 +13,6 @@ const PLUGSTACK: &str = "/etc/slurm/plugstack.conf.d/syndeo.conf";
 const KEY: &str = "/etc/syndeo/site.key";
 const AGENT: &str = "/usr/libexec/syndeo/syndeo-agent";
 const EDIT: &str = "# edited by the site";
-const CHANGED: &str = "# changed in 0.1.1";
-
-/// A copy of the checkout's etc/ whose syndeo.toml the next version changed.
-fn changed_etc() -> PathBuf {
-    let dir = scratch_dir("etc-0.1.1");
-    let o = run(&["cp", "-a", &format!("{}/etc/.", repo().display()), dir.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let toml = std::fs::read_to_string(dir.join("syndeo.toml")).unwrap();
-    std::fs::write(dir.join("syndeo.toml"), format!("{toml}{CHANGED}\n")).unwrap();
-    dir
-}
-
-fn dir_of(p: &str) -> String {
-    Path::new(p).parent().unwrap().to_str().unwrap().to_string()
-}
 
 fn status(root: &ScratchRoot) -> String {
     let o = root.run(&["dpkg-query", "-W", "-f", "${Status} ${Version}", "syndeo"]);

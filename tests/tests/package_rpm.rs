@@ -8,7 +8,7 @@
 //! version, and `syndeo-test-os`, which provides what syndeo's RPM requires
 //! beside Slurm (glibc's libraries, /bin/sh), as a RHEL node's packages do.
 //! No minicluster: `cargo test -p syndeo-tests --test package_rpm -- --ignored`.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use syndeo_tests::packages::*;
 use syndeo_tests::*;
@@ -19,7 +19,6 @@ const KEY: &str = "/etc/syndeo/site.key";
 const AGENT: &str = "/usr/libexec/syndeo/syndeo-agent";
 const PLUGIN: &str = "/usr/lib64/slurm/syndeo.so";
 const EDIT: &str = "# edited by the site";
-const CHANGED: &str = "# changed in 0.1.1";
 
 fn requires(rpm: &str) -> Vec<String> {
     let o = run(&["rpm", "-qp", "--requires", rpm]);
@@ -61,20 +60,6 @@ fn stubs(dir: &Path, syndeo_rpm: &str, slurm_version: &str) -> (String, String) 
         .filter(|r| !r.starts_with("slurm") && !r.starts_with("rpmlib(") && !r.starts_with("config(syndeo)"))
         .collect();
     (stub_rpm(dir, "syndeo-test-os", "1", &os), stub_rpm(dir, "slurm", slurm_version, &[]))
-}
-
-/// A copy of the checkout's etc/ whose syndeo.toml the next version changed.
-fn changed_etc() -> PathBuf {
-    let dir = scratch_dir("etc-0.1.1");
-    let o = run(&["cp", "-a", &format!("{}/etc/.", repo().display()), dir.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let toml = std::fs::read_to_string(dir.join("syndeo.toml")).unwrap();
-    std::fs::write(dir.join("syndeo.toml"), format!("{toml}{CHANGED}\n")).unwrap();
-    dir
-}
-
-fn dir_of(p: &str) -> String {
-    Path::new(p).parent().unwrap().to_str().unwrap().to_string()
 }
 
 /// The Debian 11 root with rpm, an empty rpm database, and the stubs installed.
