@@ -5,11 +5,28 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 
+/// The cdylib, built for these tests: `cargo test` builds only the test
+/// harness of a cdylib crate, so the library itself comes from a nested
+/// `cargo build` into its own target dir (the outer cargo holds the lock on
+/// the usual one while tests run).
 fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    dir.join("libsyndeo_preload.so")
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap();
+            let target = exe.ancestors().nth(3).unwrap().join("preload-test");
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "-p", "syndeo-preload", "--target-dir"])
+                .arg(&target)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo build of the preload library");
+            assert!(status.success(), "cargo build -p syndeo-preload failed");
+            target.join("debug/libsyndeo_preload.so")
+        })
+        .clone()
 }
 
 /// A holder like the agent's: SO_REUSEPORT, no SO_REUSEADDR, not listening.
