@@ -67,13 +67,22 @@ fn lifecycle_in(rel: &str, etc: &Path) {
     assert!(status(&root).starts_with("deinstall ok config-files"), "{rel}: {}", status(&root));
     assert!(!root.exists(AGENT) && !root.exists("/usr/lib/x86_64-linux-gnu/slurm-wlm/syndeo.so"), "{rel}");
     assert!(root.read(TOML).unwrap().contains(EDIT), "{rel}: remove dropped the edited config");
-    assert!(root.exists(PLUGSTACK), "{rel}: remove dropped a conffile");
+    assert!(!root.exists(PLUGSTACK), "{rel}: after remove, slurmd would still load the removed plugin");
     assert_eq!(root.read(KEY).as_deref(), Some(key.as_str()), "{rel}: remove changed the site key");
+
+    // reinstall after remove: the plugstack line the admin had is back.
+    let kept = root.read(&format!("{PLUGSTACK}.syndeo-removed"));
+    assert!(kept.is_some(), "{rel}: remove did not keep the plugstack line aside");
+    root.ok(&["dpkg", "-i", "--force-confdef", "--force-confold", &new.deb]);
+    assert_eq!(root.read(PLUGSTACK), kept, "{rel}: the reinstall did not put the plugstack line back");
+    let verify = root.ok(&["dpkg", "--verify", "syndeo"]);
+    assert!(verify.lines().all(|l| l.ends_with(TOML)), "{rel}: dpkg --verify after the reinstall: {verify}");
+    root.ok(&["dpkg", "-r", "syndeo"]);
 
     // purge: nothing of syndeo's stays in /etc.
     root.ok(&["dpkg", "-P", "syndeo"]);
     assert!(status(&root).is_empty() || status(&root).starts_with("unknown"), "{rel}: {}", status(&root));
-    for gone in [TOML, KEY, PLUGSTACK, "/etc/syndeo"] {
+    for gone in [TOML, KEY, PLUGSTACK, &format!("{PLUGSTACK}.syndeo-removed"), "/etc/syndeo"] {
         assert!(!root.exists(gone), "{rel}: {gone} is left after purge");
     }
 }
