@@ -30,6 +30,9 @@ pub struct JobSpec {
     /// Their device files, from Slurm's GRES configuration (`gres.rs`).
     #[serde(default)]
     pub gpu_devices: Vec<PathBuf>,
+    /// What Slurm says of this node, for its Ray labels (`ray start --labels`).
+    #[serde(default)]
+    pub labels: syndeo_protocol::labels::SlurmLabels,
     /// The image the user asked for (None: `--syndeo` without a value).
     pub image: Option<String>,
     pub workdir: PathBuf,
@@ -142,6 +145,7 @@ pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
         cpus: 2,
         gpus: vec![],
         gpu_devices: vec![],
+        labels: syndeo_protocol::labels::SlurmLabels { node: nodes[index].into(), ..Default::default() },
         image: Some("/img".into()),
         workdir: "/home/u".into(),
         job_dir: PathBuf::from("/run/syndeo").join(&job),

@@ -27,6 +27,7 @@ pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod fault;
+pub mod features;
 pub mod gres;
 pub mod hostlist;
 pub mod image_tree;

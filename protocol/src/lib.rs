@@ -4,6 +4,7 @@
 //! - [`layout`]: installed paths and the job directory's layout;
 //! - [`env`]: environment variables that cross from one side to the other;
 //! - [`image`]: the check of a `--syndeo=IMAGE` value (at submit and again as root);
+//! - [`labels`]: a node's Slurm facts as Ray node labels (root fills them, the agent passes them);
 //! - [`local`]: the messages of the agent's local socket, with a protocol version;
 //! - [`client`]: the one synchronous client of that socket (plugin, exec wrapper, CLI);
 //! - [`exit`]: what the root-side commands' exit statuses mean to the plugin.
@@ -15,5 +16,6 @@ pub mod client;
 pub mod env;
 pub mod exit;
 pub mod image;
+pub mod labels;
 pub mod layout;
 pub mod local;

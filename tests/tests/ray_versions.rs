@@ -96,7 +96,8 @@ fn ray_2_9_is_refused_naming_the_versions_and_the_setting() {
 
 /// Where the site allows it, Ray 2.40 and 2.9 run (their flags fitted to
 /// what their `ray start` knows), and the job's stderr says once that
-/// anyone who can reach the nodes can join.
+/// anyone who can reach the nodes can join, and once that its nodes carry
+/// no Slurm labels.
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn ray_2_40_and_2_9_run_where_the_site_allows_it_and_the_job_is_warned_once() {
@@ -109,6 +110,9 @@ fn ray_2_40_and_2_9_run_where_the_site_allows_it_and_the_job_is_warned_once() {
         assert!(out.contains(&format!("VERSION {ray} 3.11")) && out.contains("ALIVE 2"), "{}", job.output());
         let warnings = job.stderr().matches("anyone who can reach the job's nodes can join").count();
         assert_eq!(warnings, 1, "{}", job.output());
+        // No label selectors before Ray 2.49: no labels, and one line says so.
+        let no_labels = job.stderr().matches("which has no label selectors").count();
+        assert_eq!(no_labels, 1, "{}", job.output());
         let left = leftovers(job.id, USER_A);
         assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
     }

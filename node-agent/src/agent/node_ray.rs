@@ -92,12 +92,13 @@ pub async fn start_ray(shared: &Shared, args: &[String], ports: &ray::NodePorts)
     let image = image_of(shared);
     let policy = ray_version::Policy { allow_unauthenticated: shared.spec.config.allow_unauthenticated_ray };
     let warning = ray_version::check(&found, policy, &image)?;
-    if let Some(w) = warning {
-        if *shared.role.borrow() == Role::Head && !shared.open_cluster_told.swap(true, Ordering::Relaxed) {
-            job_notice(shared, &w);
-        }
-    }
+    tell_once(shared, &shared.open_cluster_told, warning);
+    tell_once(shared, &shared.no_labels_told, ray_version::labels_note(&found, &image));
     let mut args = ray_version::fit_args(args, &found, &image)?;
+    let (_, left_out) = shared.spec.labels.pairs();
+    if !left_out.is_empty() {
+        warn!("Slurm facts Ray would refuse as node labels, left out: {}", left_out.join(" "));
+    }
     if found.dashboard == Some(false) {
         args = ray::without_dashboard(&args);
     }
@@ -125,6 +126,15 @@ pub async fn start_ray(shared: &Shared, args: &[String], ports: &ray::NodePorts)
     node.start(&args, &env)
         .await
         .map_err(|e| Fault::node(format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node)))
+}
+
+/// The head says `line`, if any, once in the job's stderr (`told` remembers).
+fn tell_once(shared: &Shared, told: &std::sync::atomic::AtomicBool, line: Option<String>) {
+    if let Some(line) = line {
+        if *shared.role.borrow() == Role::Head && !told.swap(true, Ordering::Relaxed) {
+            job_notice(shared, &line);
+        }
+    }
 }
 
 fn write_private(path: &std::path::Path, content: &str) -> std::io::Result<()> {

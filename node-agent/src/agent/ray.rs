@@ -88,6 +88,7 @@ fn common_args(spec: &JobSpec, ip: IpAddr, ports: &NodePorts, memory_mb: Option<
     .map(|s| s.to_string())
     .collect();
     a.extend(crate::alloc::ray_memory_args(spec.config.object_store_mb, memory_mb));
+    a.extend(["--labels".to_string(), spec.labels.to_arg()]);
     a
 }
 
@@ -316,6 +317,21 @@ mod tests {
         assert!(has("--include-dashboard", "true") && has("--node-ip-address", "10.0.0.1"), "{a:?}");
         // Never Ray's default 10001, which every job on the node would share.
         assert!(has("--ray-client-server-port", "23456") && has("--port", "6379"), "{a:?}");
+    }
+
+    #[test]
+    fn every_node_gets_slurms_facts_as_labels() {
+        let mut s = spec();
+        s.labels.partition = Some("debug".into());
+        s.labels.features = vec!["bigmem".into()];
+        let a = worker_args(&s, "10.0.0.1".parse().unwrap(), "10.0.0.2:6379", &ports(), None);
+        let at = a.iter().position(|x| x == "--labels").expect("--labels");
+        let labels = syndeo_protocol::labels::parse_arg(&a[at + 1]).unwrap();
+        assert_eq!(labels["slurm/node"], "n1");
+        assert_eq!(labels["slurm/partition"], "debug");
+        assert_eq!(labels["slurm/feature.bigmem"], "true");
+        let h = head_args(&s, "10.0.0.1".parse().unwrap(), &HEAD, &ports(), None);
+        assert!(h.windows(2).any(|w| w[0] == "--labels" && w[1] == a[at + 1]), "{h:?}");
     }
 
     #[test]

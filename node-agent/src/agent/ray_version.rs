@@ -13,6 +13,11 @@
 //!   stderr says so once.
 //! - Before 2.7.1: refused always; Ray's runtime-env agent port cannot be
 //!   chosen, so two jobs on one node collide.
+//!
+//! Node labels (Slurm's facts, `syndeo_protocol::labels`): from Ray 2.49,
+//! the first with label selectors and `--labels k=v,...`. Before it, `ray
+//! start` has a hidden `--labels` that takes JSON and no task or actor can
+//! select on it: syndeo passes no labels, and the job's stderr says so once.
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -24,6 +29,9 @@ use crate::fault::Fault;
 pub const TOKEN_AUTH: Version = Version(2, 52, 0);
 /// The first Ray whose every port can be chosen (`--runtime-env-agent-port`).
 pub const PINNED_PORTS: Version = Version(2, 7, 1);
+
+/// The first Ray with label selectors, whose `ray start --labels` takes `k=v,...`.
+pub const NODE_LABELS: Version = Version(2, 49, 0);
 
 /// A release number, major.minor.patch (suffixes such as `.dev0` or `rc1` ignored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -127,13 +135,31 @@ pub fn check(found: &ImageRay, policy: Policy, image: &str) -> Result<Option<Str
 /// not know them. Every other option syndeo passes keeps jobs apart (ports,
 /// directories, resources): without one the image cannot run.
 const OPTIONAL: &[&str] =
-    &["--disable-usage-stats", "--include-dashboard", "--dashboard-host", "--ray-client-server-port"];
+    &["--disable-usage-stats", "--include-dashboard", "--dashboard-host", "--ray-client-server-port", "--labels"];
 /// Options syndeo passes that take no value.
 const SWITCHES: &[&str] = &["--head", "--disable-usage-stats", "--block"];
 
+/// Whether the image's Ray takes syndeo's node labels.
+pub fn has_node_labels(found: &ImageRay) -> bool {
+    Version::parse(&found.ray).is_some_and(|v| v >= NODE_LABELS)
+}
+
+/// The one line for the job's stderr when the image's Ray gets no labels.
+pub fn labels_note(found: &ImageRay, image: &str) -> Option<String> {
+    (!has_node_labels(found)).then(|| {
+        format!(
+            "syndeo: image {image} has Ray {}, which has no label selectors (Ray {NODE_LABELS} and later): its \
+             nodes carry no Slurm labels (slurm/node, slurm/partition, ...)",
+            found.ray
+        )
+    })
+}
+
 /// `args` fitted to the image's `ray start`: unknown optional options are
 /// dropped with their values; an unknown necessary one refuses the image.
+/// `--labels` goes for a Ray before [`NODE_LABELS`] (another format there).
 pub fn fit_args(args: &[String], found: &ImageRay, image: &str) -> Result<Vec<String>, Fault> {
+    let args = &without_labels_unless(has_node_labels(found), args);
     let Some(known) = &found.flags else { return Ok(args.to_vec()) };
     let mut out = Vec::with_capacity(args.len());
     let mut i = 0;
@@ -153,6 +179,14 @@ pub fn fit_args(args: &[String], found: &ImageRay, image: &str) -> Result<Vec<St
         i = end;
     }
     Ok(out)
+}
+
+/// `args`, less `--labels` and its value unless `keep`.
+fn without_labels_unless(keep: bool, args: &[String]) -> Vec<String> {
+    match args.iter().position(|a| a == "--labels") {
+        Some(i) if !keep => args[..i].iter().chain(args.get(i + 2..).unwrap_or_default()).cloned().collect(),
+        _ => args.to_vec(),
+    }
 }
 
 #[cfg(test)]
@@ -200,6 +234,23 @@ mod tests {
         assert!(m.contains("2.7.1") && m.contains("collide"), "{m}");
         assert!(check(&ray("2.7.1"), ALLOW, "/img").is_ok());
         assert!(check(&ray("garbage"), ALLOW, "/img").is_err());
+    }
+
+    #[test]
+    fn labels_reach_ray_2_49_and_later_only_and_older_ray_gets_a_note() {
+        let args: Vec<String> = ["--labels", "slurm/node=n1", "--temp-dir", "/t"].map(String::from).to_vec();
+        for v in ["2.49.0", "2.52.1", "2.60.0"] {
+            assert_eq!(fit_args(&args, &ray(v), "/img").unwrap(), args, "{v}");
+            assert_eq!(labels_note(&ray(v), "/img"), None, "{v}");
+        }
+        for v in ["2.9.3", "2.40.0", "2.48.9"] {
+            assert_eq!(fit_args(&args, &ray(v), "/img").unwrap(), ["--temp-dir", "/t"], "{v}");
+            let note = labels_note(&ray(v), "/img/old").unwrap();
+            assert!(note.contains("/img/old") && note.contains(v) && note.contains("2.49.0"), "{note}");
+        }
+        let mut without_flag = ray("2.60.0");
+        without_flag.flags = Some(["--temp-dir"].map(String::from).into_iter().collect());
+        assert_eq!(fit_args(&args, &without_flag, "/img").unwrap(), ["--temp-dir", "/t"]);
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub struct Shared {
     restart_told: AtomicBool,
     /// The job was told its cluster has no authentication (old Ray), once.
     pub open_cluster_told: AtomicBool,
+    /// The job was told its nodes carry no Slurm labels (old Ray), once.
+    pub no_labels_told: AtomicBool,
     /// What the image's Ray is on this node, once it loaded.
     pub image_ray: std::sync::Mutex<Option<super::ray_version::ImageRay>>,
     /// Head: enough nodes joined; Ray's own status is to list them (`head::settle`).
@@ -99,6 +101,7 @@ impl Shared {
             restart: None,
             restart_told: AtomicBool::new(false),
             open_cluster_told: AtomicBool::new(false),
+            no_labels_told: AtomicBool::new(false),
             image_ray: std::sync::Mutex::new(None),
             all_joined: tokio::sync::Notify::new(),
             settled: AtomicBool::new(false),

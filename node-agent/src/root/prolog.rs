@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use syndeo_protocol::env::{RLIMITS_RECORD, UMASK_RECORD};
 use syndeo_protocol::image::check_image_value;
+use syndeo_protocol::labels::SlurmLabels;
 use syndeo_protocol::layout::JobDir;
 
 use super::dirs::{ensure_root_base, make_job_dir};
@@ -27,7 +28,7 @@ use crate::cli::PrologArgs;
 use crate::config::Config;
 use crate::job::JobSpec;
 use crate::limits::JobLimits;
-use crate::{alloc, gres, hostlist, secret};
+use crate::{alloc, features, gres, hostlist, secret};
 
 pub fn run(a: &PrologArgs) -> Result<()> {
     mark_inherited_fds_cloexec();
@@ -151,6 +152,8 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
     let gpus = alloc::gpu_ids(env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).as_deref());
     let gres_conf = std::fs::read_to_string(gres::gres_conf_path(env("SLURM_CONF").as_deref())).unwrap_or_default();
     let gpu_devices = gres::gpu_devices(&gres_conf, &node, &gpus);
+    let slurm_conf = PathBuf::from(env("SLURM_CONF").unwrap_or_else(|| "/etc/slurm/slurm.conf".into()));
+    let labels = node_labels(&node, env("SLURM_JOB_PARTITION"), &gpus, &gres_conf, &slurm_conf);
     let addrs = node_addrs(&nodes)?;
     let propagate: Vec<&str> = a.propagate.split(',').filter(|s| !s.is_empty()).collect();
     let (rlimits, umask) = (format!("SPANK_{RLIMITS_RECORD}"), format!("SPANK_{UMASK_RECORD}"));
@@ -168,6 +171,7 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
         cpus,
         gpus,
         gpu_devices,
+        labels,
         image: a.image.clone(),
         workdir: env("SLURM_JOB_WORK_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/")),
         job_dir: a.common.runtime_base.join(&job),
@@ -180,6 +184,21 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
         limits,
         config,
     })
+}
+
+/// What Slurm says of this node, for its Ray labels: its name, the job's
+/// partition (none when Slurm names several), its features (slurm.conf),
+/// and the job's GPUs there with their type (gres.conf). A plain job is its
+/// own heterogeneous component 0.
+fn node_labels(node: &str, partition: Option<String>, gpus: &[String], gres_conf: &str, conf: &Path) -> SlurmLabels {
+    SlurmLabels {
+        node: node.into(),
+        partition: partition.filter(|p| !p.contains(',')),
+        het_group: 0,
+        features: features::read_node_features(conf, node),
+        gpu_count: gpus.len() as u32,
+        gpu_type: gres::gpu_type(gres_conf, node, gpus),
+    }
 }
 
 /// The nodes' addresses as Slurm's configuration gives them (NodeAddr): the
@@ -203,5 +222,29 @@ pub fn mark_inherited_fds_cloexec() {
     let fds: Vec<i32> = rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).filter(|&fd| fd > 2).collect();
     for fd in fds {
         let _ = fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nodes_labels_come_from_its_name_the_jobs_partition_slurm_conf_and_gres_conf() {
+        let dir = std::env::temp_dir().join(format!("syndeo-prolog-labels-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("slurm.conf");
+        std::fs::write(&conf, "NodeName=node[1-2] Features=cpu_fast Gres=gpu:standin:2\n").unwrap();
+        let gres = "Name=gpu Type=standin File=/dev/x/nvidia[7,9]\n";
+        let gpus = ["1".to_string()];
+        let l = node_labels("node2", Some("debug".into()), &gpus, gres, &conf);
+        let several = node_labels("node3", Some("debug,fast".into()), &[], gres, &conf);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!((l.node.as_str(), l.partition.as_deref(), l.het_group), ("node2", Some("debug"), 0));
+        assert_eq!(
+            (l.features, l.gpu_count, l.gpu_type.as_deref()),
+            (vec!["cpu_fast".to_string()], 1, Some("standin"))
+        );
+        assert_eq!((several.partition, several.features.len(), several.gpu_type), (None, 0, None));
     }
 }

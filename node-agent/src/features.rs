@@ -1,0 +1,151 @@
+//! A node's Slurm features (`Features=` on its `NodeName` line of
+//! `slurm.conf`), for its Ray labels. Read by the prolog from the
+//! slurm.conf this node runs with (`SLURM_CONF`; in a configless cluster,
+//! slurmd's cached copy), so it costs no call to slurmctld. Follows Slurm's
+//! syntax: `#` comments, `\` line continuations, `Include` files (relative
+//! to slurm.conf's directory), `NodeName=DEFAULT` lines whose settings hold
+//! for the lines after them, node names as hostlist expressions, and
+//! `Feature=` as a synonym.
+use std::path::{Path, PathBuf};
+
+use crate::hostlist;
+
+/// How deep `Include`s may nest (Slurm itself allows a few levels).
+const MAX_INCLUDE_DEPTH: usize = 4;
+
+/// The features of `node` in the slurm.conf text `conf`; `read` gives an
+/// included file's text by the path written after `Include`. None: no
+/// `NodeName` line names the node.
+pub fn node_features(conf: &str, node: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<Vec<String>> {
+    let mut default = None;
+    find(conf, node, read, &mut default, 0)
+}
+
+fn find(
+    conf: &str,
+    node: &str,
+    read: &dyn Fn(&str) -> Option<String>,
+    default: &mut Option<String>,
+    depth: usize,
+) -> Option<Vec<String>> {
+    for line in logical_lines(conf) {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if first.eq_ignore_ascii_case("include") {
+            let included = words.next().filter(|_| depth < MAX_INCLUDE_DEPTH).and_then(read);
+            if let Some(found) = included.and_then(|text| find(&text, node, read, default, depth + 1)) {
+                return Some(found);
+            }
+            continue;
+        }
+        let Some(names) = value_of(&line, "NodeName") else { continue };
+        let features = value_of(&line, "Features").or_else(|| value_of(&line, "Feature"));
+        if names.eq_ignore_ascii_case("DEFAULT") {
+            if features.is_some() {
+                *default = features;
+            }
+            continue;
+        }
+        if hostlist::expand(&names).is_ok_and(|ns| ns.iter().any(|n| n == node)) {
+            return Some(split_features(features.or_else(|| default.clone()).as_deref().unwrap_or("")));
+        }
+    }
+    None
+}
+
+/// Lines without comments, continuations joined.
+fn logical_lines(conf: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut pending = String::new();
+    for raw in conf.lines() {
+        let line = raw.split('#').next().unwrap_or("");
+        match line.trim_end().strip_suffix('\\') {
+            Some(head) => pending.push_str(head),
+            None => {
+                pending.push_str(line);
+                out.push(std::mem::take(&mut pending));
+            }
+        }
+    }
+    if !pending.is_empty() {
+        out.push(pending);
+    }
+    out
+}
+
+/// The value of `Key=` (any case, quotes removed) among the line's words.
+fn value_of(line: &str, key: &str) -> Option<String> {
+    line.split_whitespace().find_map(|w| {
+        let (k, v) = w.split_once('=')?;
+        k.eq_ignore_ascii_case(key).then(|| v.trim_matches('"').to_string())
+    })
+}
+
+fn split_features(list: &str) -> Vec<String> {
+    list.split(',').map(str::trim).filter(|f| !f.is_empty()).map(str::to_string).collect()
+}
+
+/// The features of `node` from the slurm.conf at `slurm_conf`; empty when
+/// it cannot be read or does not name the node.
+pub fn read_node_features(slurm_conf: &Path, node: &str) -> Vec<String> {
+    let Ok(conf) = std::fs::read_to_string(slurm_conf) else { return vec![] };
+    let dir = slurm_conf.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let read = |p: &str| -> Option<String> {
+        let path = PathBuf::from(p);
+        std::fs::read_to_string(if path.is_absolute() { path } else { dir.join(path) }).ok()
+    };
+    node_features(&conf, node, &read).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONF: &str = "\
+ClusterName=x   # a comment Features=no
+NodeName=DEFAULT CPUs=2 Features=standard
+NodeName=node[1-2] NodeAddr=10.0.0.11,10.0.0.12 Features=cpu_fast,ib Gres=gpu:2
+NodeName=node3 \\
+    CPUs=4 feature=\"bigmem\"
+NodeName=node4 CPUs=2
+Include nodes.conf
+PartitionName=debug Nodes=ALL Default=YES
+";
+
+    fn none(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn a_nodes_features_come_from_its_line_continued_or_not_in_any_case() {
+        assert_eq!(node_features(CONF, "node2", &none).unwrap(), ["cpu_fast", "ib"]);
+        assert_eq!(node_features(CONF, "node3", &none).unwrap(), ["bigmem"]);
+    }
+
+    #[test]
+    fn a_line_without_features_takes_the_defaults_before_it() {
+        assert_eq!(node_features(CONF, "node4", &none).unwrap(), ["standard"]);
+        assert_eq!(node_features("NodeName=n1 CPUs=1\n", "n1", &none).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn included_files_are_read_and_a_node_named_nowhere_has_none() {
+        let read = |p: &str| (p == "nodes.conf").then(|| "NodeName=gpu[01-02] Features=a100box\n".to_string());
+        assert_eq!(node_features(CONF, "gpu02", &read).unwrap(), ["a100box"]);
+        assert_eq!(node_features(CONF, "other", &read), None);
+        let looping = |_: &str| Some("Include self.conf\n".to_string());
+        assert_eq!(node_features("Include self.conf\n", "n1", &looping), None, "nesting is bounded");
+    }
+
+    #[test]
+    fn an_unreadable_slurm_conf_gives_no_features() {
+        assert!(read_node_features(Path::new("/nonexistent/slurm.conf"), "n1").is_empty());
+        let dir = std::env::temp_dir().join(format!("syndeo-features-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("slurm.conf"), "Include nodes.conf\n").unwrap();
+        std::fs::write(dir.join("nodes.conf"), "NodeName=n1 Features=x\n").unwrap();
+        let got = read_node_features(&dir.join("slurm.conf"), "n1");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(got, ["x"]);
+    }
+}

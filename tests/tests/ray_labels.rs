@@ -1,0 +1,126 @@
+//! Ray node labels from Slurm, in a plain job (README, "Ray node labels"):
+//! every node's labels say what Slurm says of it (name, partition, component
+//! 0, features, GPU count and type), and a task with a label selector on a
+//! feature runs only on the nodes Slurm gives that feature. The minicluster's
+//! node1 and node2 are `cpu_fast` and in partition `fast`, node3 `bigmem`;
+//! the stand-in GPUs are of type `standin`. Needs Ray 2.49 or later (the
+//! default test image has 2.60).
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use syndeo_tests::*;
+
+/// Each live node's labels (`LABELS <json>`), then where tasks that select
+/// a feature ran (`ON <feature> <host>...`).
+const SCRIPT: &str = r#"#!/bin/bash
+srun --syndeo -N1 -n1 python3 -c '
+import json, socket, ray
+ray.init()
+for n in ray.nodes():
+    if n["Alive"]:
+        print("LABELS", json.dumps(n["Labels"], sort_keys=True))
+@ray.remote
+def host():
+    return socket.gethostname()
+for feature in ["cpu_fast", "bigmem"]:
+    sel = {"slurm/feature." + feature: "true"}
+    hosts = ray.get([host.options(label_selector=sel).remote() for _ in range(12)], timeout=120)
+    print("ON", feature, " ".join(sorted(set(hosts))))
+'
+"#;
+
+/// Just the labels, for the job in the second partition.
+const LABELS_ONLY: &str = r#"#!/bin/bash
+srun --syndeo -N1 -n1 python3 -c '
+import json, ray
+ray.init()
+for n in ray.nodes():
+    if n["Alive"]:
+        print("LABELS", json.dumps(n["Labels"], sort_keys=True))
+'
+"#;
+
+/// `slurm/*` labels of each node, by `slurm/node`.
+fn labels_by_node(job: &Job) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for line in job.lines("LABELS ") {
+        let all: BTreeMap<String, String> = serde_json::from_str(&line).expect("labels json");
+        let ours: BTreeMap<String, String> = all.into_iter().filter(|(k, _)| k.starts_with("slurm/")).collect();
+        let node = ours.get("slurm/node").cloned().unwrap_or_else(|| panic!("no slurm/node: {line}"));
+        out.insert(node, ours);
+    }
+    out
+}
+
+/// What `scontrol show node -o NODE` says: (ActiveFeatures, GPU type of Gres=).
+fn slurm_node(node: &str) -> (BTreeSet<String>, Option<String>) {
+    let o = text(&run(&["scontrol", "show", "node", "-o", node]));
+    let field = |k: &str| o.split_whitespace().find_map(|f| f.strip_prefix(k)).unwrap_or("").to_string();
+    let active = field("ActiveFeatures=");
+    let features = active.split(',').filter(|f| !f.is_empty() && *f != "(null)").map(String::from).collect();
+    // Gres=gpu:standin:2 (a later release may add "(S:0)").
+    let gres = field("Gres=");
+    let parts: Vec<&str> = gres.strip_prefix("gpu:").unwrap_or("").split(':').collect();
+    let kind = (parts.len() >= 2).then(|| parts[0].to_string());
+    (features, kind)
+}
+
+fn job_nodes(job: &Job) -> Vec<String> {
+    let list = job.field("NodeList").expect("NodeList");
+    let o = run(&["scontrol", "show", "hostnames", &list]);
+    String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect()
+}
+
+/// Every node of the job carries Slurm's facts, exactly.
+fn assert_labels_match_slurm(job: &Job, partition: &str, gpus: u32) {
+    let labels = labels_by_node(job);
+    let nodes = job_nodes(job);
+    assert_eq!(labels.keys().cloned().collect::<Vec<_>>(), nodes, "{}", job.output());
+    assert_eq!(job.field("Partition").as_deref(), Some(partition));
+    for node in &nodes {
+        let l = &labels[node];
+        let (features, kind) = slurm_node(node);
+        assert_eq!(l.get("slurm/partition").map(String::as_str), Some(partition), "{node}: {l:?}");
+        assert_eq!(l.get("slurm/het-group").map(String::as_str), Some("0"), "{node}: {l:?}");
+        assert_eq!(l.get("slurm/gpu-count"), Some(&gpus.to_string()), "{node}: {l:?}");
+        let want_kind = if gpus > 0 { kind } else { None };
+        assert_eq!(l.get("slurm/gpu-type").cloned(), want_kind, "{node}: {l:?}");
+        let labelled: BTreeSet<String> = l
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix("slurm/feature.").filter(|_| v == "true"))
+            .map(String::from)
+            .collect();
+        assert!(!features.is_empty(), "{node}: the minicluster gives every node a feature");
+        assert_eq!(labelled, features, "{node}: {l:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn each_nodes_labels_say_what_slurm_says_and_a_feature_selector_lands_only_where_slurm_put_the_feature() {
+    let image = image();
+    let dir = workdir(USER_A, "ray-labels");
+    let job = sbatch(USER_A, &dir, &["-N3", "--gres=gpu:1", &format!("--syndeo={image}")], SCRIPT);
+    assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
+    assert_labels_match_slurm(&job, "debug", 1);
+    for feature in ["cpu_fast", "bigmem"] {
+        let with: BTreeSet<String> =
+            job_nodes(&job).into_iter().filter(|n| slurm_node(n).0.contains(feature)).collect();
+        let on = job.lines(&format!("ON {feature} "));
+        assert_eq!(on.len(), 1, "{}", job.output());
+        let ran: BTreeSet<String> = on[0].split_whitespace().map(String::from).collect();
+        assert!(!ran.is_empty() && ran.is_subset(&with), "{feature}: tasks ran on {ran:?}, Slurm says {with:?}");
+    }
+    assert_clean(&job, USER_A);
+}
+
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_job_in_the_second_partition_without_gpus_is_labelled_with_that_partition_and_no_gpus() {
+    let image = image();
+    let dir = workdir(USER_A, "ray-labels-fast");
+    let job = sbatch(USER_A, &dir, &["-N2", "-p", "fast", &format!("--syndeo={image}")], LABELS_ONLY);
+    assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
+    assert_labels_match_slurm(&job, "fast", 0);
+    assert_clean(&job, USER_A);
+}
