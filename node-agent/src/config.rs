@@ -91,6 +91,10 @@ pub struct Config {
     pub allow_unauthenticated_ray: bool,
 }
 
+/// `temp_base`'s default (see `job_container.rs` for where it moves when
+/// Slurm makes /tmp private per job).
+pub const DEFAULT_TEMP_BASE: &str = "/tmp/syndeo";
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -108,7 +112,7 @@ impl Default for Config {
             network: vec![],
             object_store_mb: 512,
             extra_binds: vec![],
-            temp_base: "/tmp/syndeo".into(),
+            temp_base: DEFAULT_TEMP_BASE.into(),
             shm_base: "/run/syndeo-shm".into(),
             site_key: "/etc/syndeo/site.key".into(),
             stop_grace: 15,

@@ -32,6 +32,7 @@ pub mod gres;
 pub mod hostlist;
 pub mod image_tree;
 pub mod job;
+pub mod job_container;
 pub mod limits;
 pub mod network;
 pub mod pidfd;

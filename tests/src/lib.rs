@@ -44,6 +44,7 @@ pub fn minicluster_up_again() -> Output {
     if !cgroup_mode() {
         argv.push("--no-cgroups".into());
     }
+    argv.extend(mc_state("options").unwrap_or_default().split_whitespace().map(|o| format!("--{o}")));
     let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
     run(&refs)
 }
@@ -241,6 +242,8 @@ fn leftovers_now(job: u32, user: &str) -> Vec<String> {
             format!("/run/syndeo/{job}"),
             format!("/run/syndeo/.jobs/{job}"),
             format!("/tmp/syndeo/{job}"),
+            // Where the temp dir moves under Slurm's job container.
+            format!("/var/tmp/syndeo/{job}"),
             format!("/run/syndeo-shm/{job}"),
         ] {
             if node_path_exists(&n, &path) {
@@ -434,6 +437,16 @@ pub fn attack_script(user: &str, dir: &Path, name: &str) -> PathBuf {
     let to = dir.join(name);
     write_file(user, &to, &text);
     to
+}
+
+/// Whether the minicluster runs Slurm's per-job /tmp and /dev/shm (`up --job-container`).
+pub fn job_container_mode() -> bool {
+    mc_state("options").is_some_and(|o| o.split_whitespace().any(|w| w == "job-container"))
+}
+
+/// Whether the minicluster runs slurmdbd (`up --accounting`).
+pub fn accounting_mode() -> bool {
+    mc_state("options").is_some_and(|o| o.split_whitespace().any(|w| w == "accounting"))
 }
 
 /// Whether the minicluster runs Slurm's cgroup plugins (`up` without `--no-cgroups`).

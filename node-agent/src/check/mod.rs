@@ -128,11 +128,30 @@ pub fn all(node: &dyn NodeFacts, config_path: &Path, user: Result<&ProbeUser, &S
         checks.push(fuse::check(node, c.runtime));
         checks.push(ports::ray_ports(node, c));
         checks.push(ports::mesh_ports(node, c));
-        checks.push(bases::check(node, "temp-base", &c.temp_base));
+        checks.push(temp_base(node, &slurm, c));
         checks.push(bases::check(node, "shm-base", &c.shm_base));
     }
     checks.push(preload::check(node));
     checks
+}
+
+/// `temp_base` where the prolog will use it: under Slurm's per-job /tmp
+/// (job_container/tmpfs, namespace/tmpfs) the default moves out of /tmp, and
+/// one the admin set there fails every syndeo job (`job_container.rs`).
+fn temp_base(node: &dyn NodeFacts, slurm: &slurm_conf::SlurmSettings, c: &Config) -> Check {
+    let plugin = ["NamespaceType", "JobContainerType"].iter().find_map(|k| slurm.get(k).map(|v| format!("{k}={v}")));
+    let jc = node.read_text(&slurm.conf_dir.join("job_container.conf")).unwrap_or_default();
+    let private = crate::job_container::private_dirs(plugin.as_deref().unwrap_or(""), &jc);
+    match crate::job_container::temp_base(c, &private) {
+        Ok(base) => bases::check(node, "temp-base", &base),
+        Err(e) => {
+            let dirs: Vec<String> = private.iter().map(|p| p.display().to_string()).collect();
+            let fallback = crate::job_container::FALLBACK_TEMP_BASE;
+            let fix =
+                format!("set temp_base in syndeo.toml outside {}, e.g. temp_base = \"{fallback}\"", dirs.join(", "));
+            Check::fail("temp-base", e, fix)
+        }
+    }
 }
 
 /// The site configuration: root's, and valid. Returns it when it loads.

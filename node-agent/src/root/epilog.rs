@@ -53,7 +53,12 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
     let name = c.job.to_string();
     let mut left = Vec::new();
     let removal = budget.removal();
-    for base in [&c.runtime_base, &config.temp_base, &config.shm_base] {
+    // The temp base the prolog chose (job_container.rs), else the same choice again.
+    let temp_base = match &state {
+        Some(s) => s.spec.config.temp_base.clone(),
+        None => crate::job_container::node_temp_base(&config).unwrap_or_else(|_| config.temp_base.clone()),
+    };
+    for base in [&c.runtime_base, &temp_base, &config.shm_base] {
         left.extend(remove_job_dir(base, &name, removal));
     }
     if let Err(e) = StateDir::remove(&c.runtime_base, c.job) {

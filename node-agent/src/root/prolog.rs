@@ -48,7 +48,7 @@ struct JobRefused(String);
 
 fn prepare(a: &PrologArgs) -> Result<()> {
     let id = Identity::lookup(a.common.uid, a.gid)?;
-    let config = match Config::load(&a.common.config) {
+    let mut config = match Config::load(&a.common.config) {
         Ok(c) => c,
         // A broken site config must not drain every node it reaches: syndeo
         // jobs fail with the reason, other jobs run on.
@@ -59,6 +59,12 @@ fn prepare(a: &PrologArgs) -> Result<()> {
     };
     if let Err(refused) = check_job(a) {
         return refuse(a, &id, &config, refused);
+    }
+    // Under Slurm's per-job /tmp (job_container/tmpfs, namespace/tmpfs) the
+    // temp dir must lie where the job's steps see it too (job_container.rs).
+    match crate::job_container::node_temp_base(&config) {
+        Ok(base) => config.temp_base = base,
+        Err(msg) => return refuse(a, &id, &config, JobRefused(msg)),
     }
     let key = sitekey::read(&config.site_key)?;
     let spec = job_spec(a, &id, config)?;

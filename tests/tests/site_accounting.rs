@@ -1,0 +1,153 @@
+//! Slurm's accounting (slurmdbd and MariaDB, on a minicluster brought up with
+//! `--accounting`: `tests/run --slurm R --suite site-accounting`): a syndeo
+//! job's Ray tasks are charged to the job. Three Ray tasks, one per node,
+//! each burn BURN_S seconds of CPU (measured by the task itself); the same
+//! work as a plain `srun -N3` job is the reference. In `sacct -j N`, the
+//! syndeo job's steps (its extern step, where the agent and Ray live under
+//! PrologFlags=Contain, included) add up to at least MIN_SHARE of the
+//! reference, and to no more than the reference plus RAY_OVERHEAD_S (Ray's
+//! own daemons on three nodes for the job's life). Needs Slurm's cgroup
+//! plugins (the minicluster's default): without Contain, Ray runs outside the
+//! job and nothing of it is accounted (README).
+use std::time::{Duration, Instant};
+
+use syndeo_tests::*;
+
+/// CPU seconds each node's task burns.
+const BURN_S: f64 = 20.0;
+/// The syndeo job must account at least this share of the plain job's CPU.
+const MIN_SHARE: f64 = 0.85;
+/// Ray's own CPU (GCS, raylets, workers, dashboard agents) on 3 nodes over a
+/// job of about a minute, at most.
+const RAY_OVERHEAD_S: f64 = 60.0;
+
+/// "[D-][HH:]MM:SS[.mmm]" (sacct's TotalCPU), in seconds.
+fn slurm_seconds(t: &str) -> f64 {
+    let t = t.trim();
+    if t.is_empty() {
+        return 0.0;
+    }
+    let (days, rest) = t.split_once('-').map_or((0.0, t), |(d, r)| (d.parse().unwrap_or(0.0), r));
+    days * 86400.0 + rest.split(':').fold(0.0, |acc, p| acc * 60.0 + p.parse::<f64>().unwrap_or(0.0))
+}
+
+/// One line of `sacct -P`: the step's name and its TotalCPU and TRES cpu.
+#[derive(Debug)]
+struct Row {
+    id: String,
+    total_cpu: f64,
+    tres_cpu: f64,
+}
+
+/// `sacct -j N` once the job's record is complete (its state final and every
+/// step's usage in), polled: slurmctld hands records to slurmdbd on its own time.
+fn sacct_rows(job: u32) -> (Vec<Row>, String) {
+    let t = Instant::now();
+    loop {
+        let o = run(&["sacct", "-j", &job.to_string(), "-n", "-P", "-o", "JobID,State,TotalCPU,TRESUsageInTot"]);
+        let out = text(&o);
+        let rows: Vec<Row> = out
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split('|').collect();
+                (f.len() >= 4).then(|| Row {
+                    id: f[0].to_string(),
+                    total_cpu: slurm_seconds(f[2]),
+                    tres_cpu: f[3].split(',').find_map(|kv| kv.strip_prefix("cpu=")).map(slurm_seconds).unwrap_or(0.0),
+                })
+            })
+            .collect();
+        let done = out.lines().next().is_some_and(|l| l.contains("|COMPLETED|"))
+            && rows.iter().filter(|r| r.id.contains('.')).all(|r| r.total_cpu > 0.0 || r.tres_cpu > 0.0)
+            && rows.iter().any(|r| r.id.contains('.'));
+        if done || t.elapsed() > Duration::from_secs(90) {
+            return (rows, out);
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// The CPU seconds `sacct` charges `job`: the sum of its steps' TotalCPU.
+fn steps_total(rows: &[Row]) -> f64 {
+    rows.iter().filter(|r| r.id.contains('.')).map(|r| r.total_cpu).sum()
+}
+
+const BURN: &str = r#"
+import socket, time
+def burn(s):
+    t0 = time.process_time()
+    while time.process_time() - t0 < s:
+        pass
+    return socket.gethostname(), time.process_time() - t0
+"#;
+
+#[test]
+#[ignore = "needs the minicluster with --accounting (tests/run)"]
+fn a_syndeo_jobs_ray_tasks_show_in_sacct_within_the_margin_of_the_same_work_in_a_plain_srun_job() {
+    assert!(
+        accounting_mode(),
+        "no slurmdbd: bring the minicluster up with `tests/cluster/minicluster up --accounting`"
+    );
+    if !cgroup_mode() {
+        eprintln!("the minicluster runs without Slurm's cgroup plugins: Ray runs outside the job, nothing to compare");
+        return;
+    }
+    let image = image();
+
+    // The reference: the same burn as a plain job's tasks, one per node.
+    let dir = workdir(USER_A, "acct-plain");
+    write_file(USER_A, &dir.join("burn.py"), &format!("{BURN}\nprint('BURNED', *burn({BURN_S}))\n"));
+    let plain = sbatch(USER_A, &dir, &["-N3"], "#!/bin/bash\nsrun -N3 -n3 python3 burn.py\n");
+    assert_eq!(plain.wait(Duration::from_secs(300)), "COMPLETED", "{}", plain.output());
+    assert_eq!(plain.lines("BURNED ").len(), 3, "{}", plain.output());
+
+    // The same work as Ray tasks, one pinned to each node.
+    let dir = workdir(USER_A, "acct-syndeo");
+    let driver = format!(
+        r#"{BURN}
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
+ray.init()
+nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+done = ray.get([ray.remote(num_cpus=1)(burn).options(scheduling_strategy=On(n, soft=False)).remote({BURN_S}) for n in nodes])
+for host, cpu in done:
+    print("BURNED", host, cpu)
+"#
+    );
+    write_file(USER_A, &dir.join("driver.py"), &driver);
+    // The pause lets Slurm's accounting poll (JobAcctGatherFrequency=task=5)
+    // see the extern step's usage before the job ends.
+    let script = "#!/bin/bash\nsrun --syndeo -N1 -n1 python3 driver.py\nsleep 12\n";
+    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], script);
+    assert_eq!(job.wait(Duration::from_secs(400)), "COMPLETED", "{}", job.output());
+    let burned: f64 =
+        job.lines("BURNED ").iter().filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).sum();
+    assert!(burned >= 3.0 * BURN_S * 0.99, "the tasks burned {burned} s: {}", job.output());
+
+    let (plain_rows, plain_out) = sacct_rows(plain.id);
+    let (rows, out) = sacct_rows(job.id);
+    let reference = steps_total(&plain_rows);
+    let charged = steps_total(&rows);
+    let ext = rows.iter().find(|r| r.id.ends_with(".extern"));
+    eprintln!(
+        "plain job {}: {reference:.1} s; syndeo job {}: {charged:.1} s (extern step: {ext:?}); tasks measured {burned:.1} s",
+        plain.id, job.id
+    );
+    let shown = format!("plain job:\n{plain_out}\nsyndeo job:\n{out}");
+    assert!(
+        reference >= 3.0 * BURN_S * 0.9,
+        "the plain job is charged {reference} s for {} s of work:\n{shown}",
+        3.0 * BURN_S
+    );
+    let ext = ext.unwrap_or_else(|| panic!("no extern step in sacct:\n{shown}"));
+    assert!(
+        ext.total_cpu >= MIN_SHARE * 3.0 * BURN_S,
+        "the extern step (the agent and Ray) is charged {} s of TotalCPU (TRES cpu {} s) for {burned:.1} s of Ray tasks:\n{shown}",
+        ext.total_cpu,
+        ext.tres_cpu
+    );
+    assert!(
+        charged >= MIN_SHARE * reference && charged <= reference + RAY_OVERHEAD_S,
+        "the syndeo job is charged {charged:.1} s, the plain one {reference:.1} s (margin: {MIN_SHARE} to +{RAY_OVERHEAD_S} s):\n{shown}"
+    );
+}
