@@ -4,6 +4,7 @@
 //! - [`layout`]: installed paths and the job directory's layout;
 //! - [`env`]: environment variables that cross from one side to the other;
 //! - [`image`]: the check of a `--syndeo=IMAGE` value (at submit and again as root);
+//! - [`metrics`]: the Prometheus file_sd file of a job's Ray on a node;
 //! - [`local`]: the messages of the agent's local socket, with a protocol version;
 //! - [`client`]: the one synchronous client of that socket (plugin, exec wrapper, CLI);
 //! - [`exit`]: what the root-side commands' exit statuses mean to the plugin.
@@ -17,3 +18,4 @@ pub mod exit;
 pub mod image;
 pub mod layout;
 pub mod local;
+pub mod metrics;
