@@ -186,12 +186,15 @@ impl Config {
         let d = &self.metrics_sd_dir;
         let dotdot = d.components().any(|c| c == std::path::Component::ParentDir);
         if !d.as_os_str().is_empty() && (!d.is_absolute() || dotdot || d.parent().is_none()) {
-            return Err(format!("metrics_sd_dir must be empty or an absolute directory other than /, got {}", d.display()));
+            return Err(format!(
+                "metrics_sd_dir must be empty or an absolute directory other than /, got {}",
+                d.display()
+            ));
         }
         for (name, url) in [("prometheus_host", &self.prometheus_host), ("grafana_host", &self.grafana_host)] {
             let plain = url.len() <= 512 && url.chars().all(|c| c.is_ascii_graphic());
             let scheme = ["http://", "https://"].iter().any(|s| url.strip_prefix(s).is_some_and(|r| !r.is_empty()));
-            if !url.is_empty() && !(plain && scheme) {
+            if !(url.is_empty() || plain && scheme) {
                 return Err(format!("{name} must be empty or an http:// or https:// URL, got {url:?}"));
             }
         }

@@ -168,7 +168,8 @@ mod tests {
     fn what_is_not_a_syndeo_record_is_refused() {
         assert!(decode(b"").is_err());
         assert!(decode(b"[{\"targets\":[\"a:1\",\"b:2\"],\"labels\":{}}]").is_err());
-        let forged = br#"[{"targets":["10.0.0.1:1"],"labels":{"slurm_job_id":"1","user":"u","node":"n","role":"boss"}}]"#;
+        let forged =
+            br#"[{"targets":["10.0.0.1:1"],"labels":{"slurm_job_id":"1","user":"u","node":"n","role":"boss"}}]"#;
         assert!(decode(forged).unwrap_err().contains("boss"));
     }
 }
