@@ -89,6 +89,14 @@ pub struct Config {
     /// anyone who can reach the nodes can then join such a cluster and run
     /// code as its user. Off: those jobs fail, naming the versions.
     pub allow_unauthenticated_ray: bool,
+    /// Root's directory of Prometheus file_sd files, one per job and node
+    /// (`syndeo-<job>-<node>.json`, see `syndeo_protocol::metrics`); empty: off.
+    pub metrics_sd_dir: PathBuf,
+    /// Exported into Ray's environment as RAY_PROMETHEUS_HOST (the
+    /// dashboard's graphs read it there); empty: not set.
+    pub prometheus_host: String,
+    /// Exported as RAY_GRAFANA_HOST, likewise; empty: not set.
+    pub grafana_host: String,
 }
 
 /// `temp_base`'s default (see `job_container.rs` for where it moves when
@@ -123,6 +131,9 @@ impl Default for Config {
             logs_max_mb: 200,
             ray_restarts: 3,
             allow_unauthenticated_ray: false,
+            metrics_sd_dir: PathBuf::new(),
+            prometheus_host: String::new(),
+            grafana_host: String::new(),
         }
     }
 }
@@ -169,7 +180,39 @@ impl Config {
         for b in &c.extra_binds {
             crate::runtime::Bind::parse(b).map_err(invalid)?;
         }
+        c.check_metrics().map_err(invalid)?;
         Ok(c)
+    }
+
+    /// `metrics_sd_dir`: empty, or an absolute path with no `..` that is
+    /// not `/`; the hosts: empty, or an http(s) URL with nothing odd in it.
+    fn check_metrics(&self) -> Result<(), String> {
+        let d = &self.metrics_sd_dir;
+        let dotdot = d.components().any(|c| c == std::path::Component::ParentDir);
+        if !d.as_os_str().is_empty() && (!d.is_absolute() || dotdot || d.parent().is_none()) {
+            return Err(format!(
+                "metrics_sd_dir must be empty or an absolute directory other than /, got {}",
+                d.display()
+            ));
+        }
+        for (name, url) in [("prometheus_host", &self.prometheus_host), ("grafana_host", &self.grafana_host)] {
+            let plain = url.len() <= 512 && url.chars().all(|c| c.is_ascii_graphic());
+            let scheme = ["http://", "https://"].iter().any(|s| url.strip_prefix(s).is_some_and(|r| !r.is_empty()));
+            if !(url.is_empty() || plain && scheme) {
+                return Err(format!("{name} must be empty or an http:// or https:// URL, got {url:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ray's environment from `prometheus_host` and `grafana_host`, for the
+    /// dashboard (on the launcher's stdin with the rest of Ray's).
+    pub fn metrics_env(&self) -> Vec<(String, String)> {
+        [("RAY_PROMETHEUS_HOST", &self.prometheus_host), ("RAY_GRAFANA_HOST", &self.grafana_host)]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
     }
 
     /// The mesh's port range. A site's file must name privileged ports
@@ -278,5 +321,22 @@ mod tests {
         assert!(parse("temp_base = \"tmp\"").is_err());
         assert!(parse("object_store_mb = 10").is_err());
         assert!(parse("extra_binds = [\"relative:/x\"]").is_err());
+    }
+
+    #[test]
+    fn metrics_are_off_by_default_and_their_keys_are_checked() {
+        let c = parse("").unwrap();
+        assert!(c.metrics_sd_dir.as_os_str().is_empty() && c.metrics_env().is_empty());
+        for bad in ["\"sd\"", "\"/\"", "\"/var/lib/../etc\""] {
+            assert!(parse(&format!("metrics_sd_dir = {bad}")).is_err(), "{bad}");
+        }
+        assert!(parse("metrics_sd_dir = \"/var/lib/syndeo-sd\"").is_ok());
+        for bad in ["ftp://x", "http://", "http://a b", "prom:9090", "http://x\\n"] {
+            assert!(parse(&format!("prometheus_host = \"{bad}\"")).is_err(), "{bad}");
+        }
+        let c = parse("prometheus_host = \"http://prom:9090\"\ngrafana_host = \"https://grafana.site\"").unwrap();
+        let env = c.metrics_env();
+        assert!(env.contains(&("RAY_PROMETHEUS_HOST".into(), "http://prom:9090".into())), "{env:?}");
+        assert!(env.contains(&("RAY_GRAFANA_HOST".into(), "https://grafana.site".into())), "{env:?}");
     }
 }

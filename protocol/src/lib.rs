@@ -5,6 +5,7 @@
 //! - [`env`]: environment variables that cross from one side to the other;
 //! - [`image`]: the check of a `--syndeo=IMAGE` value (at submit and again as root);
 //! - [`labels`]: a node's Slurm facts as Ray node labels (root fills them, the agent passes them);
+//! - [`metrics`]: the Prometheus file_sd file of a job's Ray on a node;
 //! - [`local`]: the messages of the agent's local socket, with a protocol version;
 //! - [`client`]: the one synchronous client of that socket (plugin, exec wrapper, CLI);
 //! - [`exit`]: what the root-side commands' exit statuses mean to the plugin.
@@ -19,3 +20,4 @@ pub mod image;
 pub mod labels;
 pub mod layout;
 pub mod local;
+pub mod metrics;

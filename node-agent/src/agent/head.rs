@@ -166,7 +166,7 @@ async fn start_head(
     let spec = &shared.spec;
     let own_memory = spec.cgroup.memory_mb.or_else(|| shared.view.borrow().memory_mb.get(&spec.node).copied());
     let args = ray::head_args(spec, ip, head_ports, ports, own_memory);
-    start_ray(shared, &args, ports).await.map_err(|f| fail(shared, f.to_string()))?;
+    start_ray(shared, ip, &args, ports).await.map_err(|f| fail(shared, f.to_string()))?;
     if let Err(f) = head_started(shared, ip, head_ports.gcs, events, t0).await {
         return Err(if f.loaded { step_down(shared, f.message) } else { fail(shared, f.message) });
     }

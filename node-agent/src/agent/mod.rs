@@ -16,6 +16,7 @@ pub mod launcher;
 mod lifecycle;
 mod local;
 mod mesh;
+mod metrics_sd;
 mod node_ray;
 mod part;
 pub mod ports;

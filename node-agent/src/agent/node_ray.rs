@@ -1,7 +1,7 @@
 //! This node's Ray, as the head's and the workers' parts use it: launch it
 //! (through the launcher seam), start it with the cluster's token, wait for
 //! its answer, stop it; and the one-line notices in the job's stderr.
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -11,8 +11,9 @@ use std::sync::atomic::Ordering;
 
 use super::launcher::{Event, Launched};
 use super::state::{Role, Shared};
-use super::{driver_hook, ray, ray_version};
+use super::{driver_hook, metrics_sd, ray, ray_version};
 use crate::fault::Fault;
+use syndeo_protocol::metrics::Role as MetricsRole;
 
 /// Launches this node's Ray container (checks first); it loads Ray and
 /// waits. It becomes this node's Ray; the events and ports are returned.
@@ -79,7 +80,7 @@ pub async fn started(shared: &Shared, events: &mut mpsc::Receiver<Event>, what: 
 /// Ray must have loaded and pass `ray_version::check`; the arguments are
 /// fitted to its `ray start`. A container that ended before Ray loaded gets
 /// nothing: its events say why (`started`).
-pub async fn start_ray(shared: &Shared, args: &[String], ports: &ray::NodePorts) -> Result<(), Fault> {
+pub async fn start_ray(shared: &Shared, ip: IpAddr, args: &[String], ports: &ray::NodePorts) -> Result<(), Fault> {
     let token = shared.view.borrow().ray_token.clone();
     if token.is_empty() {
         return Err(Fault::node("the head sent no Ray auth token"));
@@ -123,9 +124,30 @@ pub async fn start_ray(shared: &Shared, args: &[String], ports: &ray::NodePorts)
     }
     let mut env = ports.env();
     env.push(("RAY_AUTH_TOKEN".into(), token));
-    node.start(&args, &env)
-        .await
-        .map_err(|e| Fault::node(format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node)))
+    env.extend(shared.spec.config.metrics_env());
+    node.start(&args, &env).await.map_err(|e| {
+        Fault::node(format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node))
+    })?;
+    publish_metrics(shared, SocketAddr::new(ip, ports.metrics_export), &found);
+    Ok(())
+}
+
+/// This node's Ray metrics endpoint and role into the job's Prometheus file
+/// (`metrics_sd.rs`), when the site has one and the image's Ray serves
+/// metrics (its metrics agent comes with `ray[default]`). Monitoring never
+/// fails the job: what goes wrong is a line in the agent's log.
+fn publish_metrics(shared: &Shared, target: SocketAddr, found: &ray_version::ImageRay) {
+    if metrics_sd::path(&shared.spec).is_none() {
+        return;
+    }
+    if found.dashboard == Some(false) {
+        warn!("no Prometheus target on {}: the image's Ray has no metrics agent (ray[default])", shared.spec.node);
+        return;
+    }
+    let role = if *shared.role.borrow() == Role::Head { MetricsRole::Head } else { MetricsRole::Worker };
+    if let Err(e) = metrics_sd::publish(&shared.spec, role, target) {
+        warn!("no Prometheus target on {}: {e}", shared.spec.node);
+    }
 }
 
 /// The head says `line`, if any, once in the job's stderr (`told` remembers).
@@ -149,5 +171,8 @@ pub async fn stop_ray(shared: &Shared, grace: Duration) {
     let ray = shared.ray.lock().await.take();
     if let Some(ray) = ray {
         ray.stop(grace).await;
+        if let Err(e) = metrics_sd::withdraw(&shared.spec) {
+            warn!("the Prometheus target on {} stays until the epilog: {e}", shared.spec.node);
+        }
     }
 }

@@ -238,7 +238,7 @@ async fn start_worker_ray(shared: &Shared, ip: IpAddr, ports: &NodePorts) {
         let cgroup = shared.spec.cgroup.memory_mb;
         (v.gcs_address.clone(), cgroup.or_else(|| v.memory_mb.get(&shared.spec.node).copied()))
     };
-    if let Err(e) = start_ray(shared, &ray::worker_args(&shared.spec, ip, &gcs, ports, memory), ports).await {
+    if let Err(e) = start_ray(shared, ip, &ray::worker_args(&shared.spec, ip, &gcs, ports, memory), ports).await {
         warn!("{e}");
     }
 }

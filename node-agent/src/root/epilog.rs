@@ -23,7 +23,7 @@ use syndeo_protocol::env::JOB_MARKER;
 use super::budget::Budget;
 use super::dirs::open_dir_nofollow;
 use super::remove::remove_tree_at;
-use super::state::{ProcRecord, StateDir};
+use super::state::{JobState, ProcRecord, StateDir};
 use super::{logs, mounts, note, procs};
 use crate::cli::EpilogArgs;
 use crate::config::Config;
@@ -61,6 +61,7 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
     for base in [&c.runtime_base, &temp_base, &config.shm_base] {
         left.extend(remove_job_dir(base, &name, removal));
     }
+    left.extend(remove_metrics_file(&config, state.as_ref(), c.job));
     if let Err(e) = StateDir::remove(&c.runtime_base, c.job) {
         left.push(format!("{}: {e:#}", c.runtime_base.join(super::state::JOBS_DIR).join(&name).display()));
     }
@@ -80,6 +81,20 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
         std::process::exit(syndeo_protocol::exit::NOT_CLEAN);
     }
     Ok(())
+}
+
+/// The job's Prometheus file on this node, whether or not its agent lived:
+/// in the directory the prolog used (the job's spec), else the site's now.
+fn remove_metrics_file(config: &Config, state: Option<&JobState>, job: u32) -> Vec<String> {
+    let dir = state.map_or(&config.metrics_sd_dir, |s| &s.spec.config.metrics_sd_dir);
+    let node = state.map(|s| s.spec.node.clone()).or_else(|| std::env::var("SLURMD_NODENAME").ok());
+    match node {
+        Some(node) if !dir.as_os_str().is_empty() => match super::metrics_sd::remove(dir, job, &node) {
+            Ok(()) => vec![],
+            Err(e) => vec![format!("the job's metrics file in {}: {e:#}", dir.display())],
+        },
+        _ => vec![],
+    }
 }
 
 /// The supervisor `start` recorded, through a pidfd, if it still runs (the

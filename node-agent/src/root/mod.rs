@@ -11,6 +11,7 @@ pub mod dirs;
 pub mod drain;
 pub mod epilog;
 pub mod logs;
+pub mod metrics_sd;
 pub mod mounts;
 pub mod note;
 pub mod privdrop;

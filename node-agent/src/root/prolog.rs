@@ -70,6 +70,7 @@ fn prepare(a: &PrologArgs) -> Result<()> {
     let spec = job_spec(a, &id, config)?;
     let secret = secret::job_secret(&key, &spec);
     make_dirs(a, &spec)?;
+    make_metrics_file(&spec);
     let state = StateDir::create(&a.common.runtime_base, spec.job_id)?;
     state.save(&JobState { spec, secret })
 }
@@ -131,6 +132,19 @@ fn make_dirs(a: &PrologArgs, spec: &JobSpec) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The job's Prometheus file_sd file on this node, when the site wants one
+/// (`metrics_sd_dir`). Monitoring never fails a job or drains a node: a file
+/// that cannot be made is a line in slurmd's log, and the job runs without.
+fn make_metrics_file(spec: &JobSpec) {
+    let dir = &spec.config.metrics_sd_dir;
+    if dir.as_os_str().is_empty() {
+        return;
+    }
+    if let Err(e) = super::metrics_sd::make(dir, spec.job_id, &spec.node, (spec.uid, spec.gid)) {
+        eprintln!("job {} runs without its Prometheus target on {}: {e:#}", spec.job_id, spec.node);
+    }
 }
 
 /// The job as this node sees it, from the prolog's environment (set by
