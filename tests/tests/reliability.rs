@@ -135,7 +135,8 @@ fn a_link_lost_during_start_up_fails_the_job_within_the_start_up_timeout_naming_
     let image = image();
     let dir = workdir(USER_A, "linkdown");
     let job = {
-        let _short = ConfigOverride::set("startup_timeout", "25");
+        // Long enough for node2 to join on a busy machine, short for the test.
+        let _short = ConfigOverride::set("startup_timeout", "40");
         let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
         let t = std::time::Instant::now();
         while agent_pid(job.id, "node3").is_none() {
@@ -151,7 +152,7 @@ fn a_link_lost_during_start_up_fails_the_job_within_the_start_up_timeout_naming_
     let out = job.output();
     assert_ne!(state, "COMPLETED", "{out}");
     assert!(!out.contains("SCRIPT RAN"), "{out}");
-    assert!(out.contains("within the start-up timeout (25 s)") && out.contains("missing: [\"node3\"]"), "{out}");
+    assert!(out.contains("within the start-up timeout (40 s)") && out.contains("missing: [\"node3\"]"), "{out}");
     let left = leftovers(job.id, USER_A);
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
 }
