@@ -72,7 +72,12 @@ impl ContainerRuntime for Bubblewrap {
                 c.extend(["--ro-bind".into(), s(&path), format!("/{name}")]);
             }
         }
-        c.extend(["--dev".into(), "/dev".into(), "--proc".into(), "/proc".into(), "--tmpfs".into(), "/tmp".into()]);
+        // /tmp and /var/tmp are the container's own and writable, as under
+        // Apptainer; binds beneath them (Ray's temp dir, /var/tmp/syndeo under
+        // Slurm's per-job /tmp) get their mount points there, not in the
+        // image's read-only /var.
+        c.extend(["--dev".into(), "/dev".into(), "--proc".into(), "/proc".into()]);
+        c.extend(["--tmpfs".into(), "/tmp".into(), "--tmpfs".into(), "/var/tmp".into()]);
         for f in HOST_FILES {
             c.extend(["--ro-bind-try".into(), f.to_string(), f.to_string()]);
         }
@@ -172,6 +177,22 @@ mod tests {
             let at = c.iter().position(|a| a == "--new-session").unwrap_or_else(|| panic!("no --new-session: {c:?}"));
             assert!(at < c.iter().position(|a| a == "--").unwrap(), "an option of bwrap's, not of the command: {c:?}");
         }
+    }
+
+    /// The image's /var is bound read-only: a bind in /var/tmp needs a
+    /// writable /var/tmp beneath it to make its mount point.
+    #[test]
+    fn a_bind_under_var_tmp_lands_on_the_containers_own_var_tmp() {
+        let img = fake_image();
+        std::fs::create_dir_all(img.path().join("var/tmp")).unwrap();
+        let mut sp = spec(img.path());
+        sp.binds.push(Bind { src: "/var/tmp/syndeo/7".into(), dst: "/var/tmp/syndeo/7".into(), ro: false });
+        let c = Bubblewrap { binary: "/usr/bin/bwrap".into() }.command(&sp, &[]).unwrap();
+        let at = |w: &[&str]| c.windows(w.len()).position(|x| x == w).unwrap_or_else(|| panic!("no {w:?}: {c:?}"));
+        let var = at(&["--ro-bind", &img.path().join("var").to_string_lossy(), "/var"]);
+        let tmpfs = at(&["--tmpfs", "/var/tmp"]);
+        let bind = at(&["--bind", "/var/tmp/syndeo/7", "/var/tmp/syndeo/7"]);
+        assert!(var < tmpfs && tmpfs < bind, "{c:?}");
     }
 
     #[test]
