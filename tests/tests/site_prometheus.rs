@@ -141,10 +141,27 @@ fn prometheus_scrapes_every_nodes_ray_of_a_running_job_with_its_labels_and_its_t
     let script = "#!/bin/bash\nfor i in $(seq 300); do [ -e done ] && exit 0; sleep 1; done\nexit 1\n";
     let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={}", image_with_ray_default())], script);
     let _cancel = CancelOnDrop(vec![job.id]);
-    let series = wait_for("a Ray node metric from every node", Duration::from_secs(240), || {
+    let t = Instant::now();
+    let series = loop {
         let s = node_series(&prom, job.id);
-        (s.len() == 3).then_some(s)
-    });
+        if s.len() == 3 {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(240) {
+            let files: Vec<String> = files_of(job.id)
+                .iter()
+                .map(|f| std::fs::read_to_string(Path::new(SD_DIR).join(f)).unwrap_or_default().trim().to_string())
+                .collect();
+            let log = std::fs::read_to_string(prom.dir.join("prometheus.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(10).collect();
+            panic!(
+                "no Ray node metric from every node in 240 s: series {s:?}\nfiles {files:?}\ntargets {:?}\nprometheus log (last lines, newest first) {tail:#?}\n{}",
+                targets_of(&prom, job.id),
+                job.output()
+            );
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
     let nodes: Vec<&str> = series.iter().map(|(n, _, _)| n.as_str()).collect();
     assert_eq!(nodes, ["node1", "node2", "node3"], "{series:?}");
     assert!(series.iter().all(|(_, u, _)| u == USER_A), "{series:?}");
