@@ -76,9 +76,12 @@ fn steps_total(rows: &[Row]) -> f64 {
 const BURN: &str = r#"
 import socket, time
 def burn(s):
+    # The clock is read once per 200k steps: a CPU clock read is a system
+    # call, far dearer in a many-threaded Ray worker than in a plain python.
     t0 = time.process_time()
     while time.process_time() - t0 < s:
-        pass
+        for _ in range(200000):
+            pass
     return socket.gethostname(), time.process_time() - t0
 "#;
 
