@@ -137,6 +137,36 @@ pub fn chown_in(parent: &File, name: &str, uid: u32, gid: u32) -> Result<()> {
     Ok(())
 }
 
+/// Places a new file `name` in the opened root-owned `dir`: `content` is
+/// written under `temp` (created new, never through a link), given to
+/// `owner` (uid, gid) with `mode`, then renamed over `name`; `temp` is gone
+/// whether or not this succeeds. No user can see a half-written file.
+pub fn place_file(dir: &File, temp: &str, name: &str, owner: (u32, u32), mode: u32, content: &[u8]) -> Result<()> {
+    let result = write_new(dir, temp, owner, mode, content).and_then(|()| {
+        nix::fcntl::renameat(Some(dir.as_raw_fd()), temp, Some(dir.as_raw_fd()), name).context("moving it into place")
+    });
+    if result.is_err() {
+        let _ = nix::unistd::unlinkat(Some(dir.as_raw_fd()), temp, nix::unistd::UnlinkatFlags::NoRemoveDir);
+    }
+    result
+}
+
+/// Creates `name` (new, never through a link) in the opened `dir`, writes
+/// `content`, and gives it to `owner` with `mode`.
+fn write_new(dir: &File, name: &str, owner: (u32, u32), mode: u32, content: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
+        .open(PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd())))?;
+    f.write_all(content)?;
+    std::os::unix::fs::fchown(&f, Some(owner.0), Some(owner.1)).context("chown")?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode)).context("chmod")?;
+    Ok(())
+}
+
 /// Removes `name` (a job's directory) from the root-owned directory `base`,
 /// resolving `base` once, without following a link in its place: if `base`
 /// is not root's, nothing of syndeo's is in it and nothing is removed.

@@ -9,17 +9,12 @@
 //! hidden random name Prometheus' glob does not match, gives it to the job's
 //! user (mode 0644: Prometheus reads it), and renames it into place. The
 //! agent, as the user, then rewrites its content in place.
-use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
-use nix::fcntl::{renameat, OFlag};
-use nix::unistd::{unlinkat, UnlinkatFlags};
 use syndeo_protocol::metrics::{encode, file_name, temp_name};
 
-use super::dirs::{ensure_root_base, remove_in_root_base};
+use super::dirs::{ensure_root_base, place_file, remove_in_root_base};
 
 /// Makes job `job`'s file for `node` in `dir`, for its user `owner` (uid,
 /// gid); a file left there for the same job id is replaced.
@@ -31,13 +26,8 @@ pub fn make(dir: &Path, job: u32, node: &str, owner: (u32, u32)) -> Result<()> {
     remove_in_root_base(dir, &name)?;
     let random = crate::secret::random_token().context("random bytes")?;
     let temp = temp_name(&name, &random[..16]);
-    let result = write_at(&base, &temp, owner).and_then(|()| {
-        renameat(Some(base.as_raw_fd()), temp.as_str(), Some(base.as_raw_fd()), name.as_str())
-            .context("moving it into place")
-    });
-    if result.is_err() {
-        let _ = unlinkat(Some(base.as_raw_fd()), temp.as_str(), UnlinkatFlags::NoRemoveDir);
-    }
+    let record = encode(None).map_err(|e| anyhow!(e))?;
+    let result = place_file(&base, &temp, &name, owner, 0o644, &record);
     result.with_context(|| format!("making the job's metrics file {}", shown.display()))
 }
 
@@ -51,25 +41,10 @@ pub fn remove(dir: &Path, job: u32, node: &str) -> Result<()> {
     }
 }
 
-/// Creates `name` (new, never through a link) in the opened `dir` with no
-/// target, and gives it to `owner`, mode 0644.
-fn write_at(dir: &std::fs::File, name: &str, owner: (u32, u32)) -> Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
-        .open(PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd())))?;
-    f.write_all(&encode(None).map_err(|e| anyhow!(e))?)?;
-    std::os::unix::fs::fchown(&f, Some(owner.0), Some(owner.1)).context("chown")?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o644)).context("chmod")?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use syndeo_protocol::metrics::{decode, RECORD_SIZE};
 
     /// Root's directories are root's: as another user, `ensure_root_base` refuses them.

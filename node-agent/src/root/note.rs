@@ -10,17 +10,13 @@
 //! The note is written under a fresh random name, given to the job's user
 //! (mode 0400: only they and root read it), then renamed into place.
 use std::fs::File;
-use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
 
 use anyhow::{Context, Result};
-use nix::fcntl::{renameat, OFlag};
-use nix::unistd::{unlinkat, UnlinkatFlags};
 use syndeo_protocol::layout::NOTES_DIR;
 
-use super::dirs::{ensure_root_base, remove_in_root_base};
+use super::dirs::{ensure_root_base, place_file, remove_in_root_base};
 
 /// The notes directory's mode: others may traverse it, not list or write it.
 const NOTES_MODE: u32 = 0o711;
@@ -32,13 +28,7 @@ pub fn write(runtime_base: &Path, job: u32, owner: (u32, u32), message: &str) ->
     let shown = runtime_base.join(NOTES_DIR).join(job.to_string());
     let random = crate::secret::random_token().context("random bytes")?;
     let temp = format!(".{job}.{}", &random[..16]);
-    let result = write_at(&dir, &temp, owner, message).and_then(|()| {
-        renameat(Some(dir.as_raw_fd()), temp.as_str(), Some(dir.as_raw_fd()), job.to_string().as_str())
-            .context("moving it into place")
-    });
-    if result.is_err() {
-        let _ = unlinkat(Some(dir.as_raw_fd()), temp.as_str(), UnlinkatFlags::NoRemoveDir);
-    }
+    let result = place_file(&dir, &temp, &job.to_string(), owner, 0o400, format!("{message}\n").as_bytes());
     result.with_context(|| format!("writing the job's note {}", shown.display()))
 }
 
@@ -58,22 +48,6 @@ fn open_notes(runtime_base: &Path) -> Result<File> {
             .with_context(|| format!("chmod {}", path.display()))?;
     }
     Ok(dir)
-}
-
-/// Creates `name` (new, never through a link) in the opened `dir`, writes
-/// `message`, and gives it to `owner`, mode 0400.
-fn write_at(dir: &File, name: &str, owner: (u32, u32), message: &str) -> Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
-        .open(PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd())))?;
-    f.write_all(message.as_bytes())?;
-    f.write_all(b"\n")?;
-    std::os::unix::fs::fchown(&f, Some(owner.0), Some(owner.1)).context("chown")?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o400)).context("chmod")?;
-    Ok(())
 }
 
 #[cfg(test)]
