@@ -10,34 +10,30 @@ use std::time::Duration;
 
 use syndeo_tests::*;
 
-/// Each live node's labels (`LABELS <json>`), then where tasks that select
-/// a feature ran (`ON <feature> <host>...`).
-const SCRIPT: &str = r#"#!/bin/bash
+/// A batch script whose driver prints each live node's labels
+/// (`LABELS <json>`), then runs `then` (more Python).
+fn script(then: &str) -> String {
+    format!(
+        r#"#!/bin/bash
 srun --syndeo -N1 -n1 python3 -c '
 import json, socket, ray
 ray.init()
 for n in ray.nodes():
     if n["Alive"]:
         print("LABELS", json.dumps(n["Labels"], sort_keys=True))
-@ray.remote
+{then}'
+"#
+    )
+}
+
+/// Where tasks that select a feature ran (`ON <feature> <host>...`).
+const SELECT_FEATURES: &str = r#"@ray.remote
 def host():
     return socket.gethostname()
 for feature in ["cpu_fast", "bigmem"]:
     sel = {"slurm/feature." + feature: "true"}
     hosts = ray.get([host.options(label_selector=sel).remote() for _ in range(12)], timeout=120)
     print("ON", feature, " ".join(sorted(set(hosts))))
-'
-"#;
-
-/// Just the labels, for the job in the second partition.
-const LABELS_ONLY: &str = r#"#!/bin/bash
-srun --syndeo -N1 -n1 python3 -c '
-import json, ray
-ray.init()
-for n in ray.nodes():
-    if n["Alive"]:
-        print("LABELS", json.dumps(n["Labels"], sort_keys=True))
-'
 "#;
 
 /// `slurm/*` labels of each node, by `slurm/node`.
@@ -100,7 +96,7 @@ fn assert_labels_match_slurm(job: &Job, partition: &str, gpus: u32) {
 fn each_nodes_labels_say_what_slurm_says_and_a_feature_selector_lands_only_where_slurm_put_the_feature() {
     let image = image();
     let dir = workdir(USER_A, "ray-labels");
-    let job = sbatch(USER_A, &dir, &["-N3", "--gres=gpu:1", &format!("--syndeo={image}")], SCRIPT);
+    let job = sbatch(USER_A, &dir, &["-N3", "--gres=gpu:1", &format!("--syndeo={image}")], &script(SELECT_FEATURES));
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     assert_labels_match_slurm(&job, "debug", 1);
     for feature in ["cpu_fast", "bigmem"] {
@@ -119,7 +115,7 @@ fn each_nodes_labels_say_what_slurm_says_and_a_feature_selector_lands_only_where
 fn a_job_in_the_second_partition_without_gpus_is_labelled_with_that_partition_and_no_gpus() {
     let image = image();
     let dir = workdir(USER_A, "ray-labels-fast");
-    let job = sbatch(USER_A, &dir, &["-N2", "-p", "fast", &format!("--syndeo={image}")], LABELS_ONLY);
+    let job = sbatch(USER_A, &dir, &["-N2", "-p", "fast", &format!("--syndeo={image}")], &script(""));
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     assert_labels_match_slurm(&job, "fast", 0);
     assert_clean(&job, USER_A);
