@@ -8,7 +8,7 @@
 //! (`AutoDetect=nvml`, no `File=`) falls back to `/dev/nvidia<N>`.
 //!
 //! The same lines give the GPUs' type (`Type=`), for the node's Ray labels.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::hostlist;
 
@@ -82,8 +82,7 @@ fn node_gpu_lines(gres_conf: &str, node: &str) -> Vec<GpuLine> {
 
 /// gres.conf beside the running slurm.conf (`SLURM_CONF` in the prolog's environment).
 pub fn gres_conf_path(slurm_conf: Option<&str>) -> PathBuf {
-    let conf = Path::new(slurm_conf.unwrap_or("/etc/slurm/slurm.conf"));
-    conf.parent().unwrap_or(Path::new("/etc/slurm")).join("gres.conf")
+    crate::slurm_conf::beside(slurm_conf, "gres.conf")
 }
 
 #[cfg(test)]

@@ -89,10 +89,9 @@ pub fn temp_base(config: &Config, private: &[PathBuf]) -> Result<PathBuf, String
 /// slurm.conf (`SLURM_CONF`, else /etc/slurm/slurm.conf) and
 /// job_container.conf beside it. Unreadable files count as no plugin.
 pub fn node_private_dirs(slurm_conf_env: Option<&str>) -> Vec<PathBuf> {
-    let conf = PathBuf::from(slurm_conf_env.filter(|s| !s.is_empty()).unwrap_or("/etc/slurm/slurm.conf"));
-    let slurm = std::fs::read_to_string(&conf).unwrap_or_default();
-    let dir = conf.parent().unwrap_or(Path::new("/etc/slurm"));
-    let jc = std::fs::read_to_string(dir.join("job_container.conf")).unwrap_or_default();
+    let env = slurm_conf_env.filter(|s| !s.is_empty());
+    let slurm = std::fs::read_to_string(crate::slurm_conf::path(env)).unwrap_or_default();
+    let jc = std::fs::read_to_string(crate::slurm_conf::beside(env, "job_container.conf")).unwrap_or_default();
     private_dirs(&slurm, &jc)
 }
 

@@ -39,5 +39,6 @@ pub mod pidfd;
 pub mod root;
 pub mod runtime;
 pub mod secret;
+pub mod slurm_conf;
 pub mod supervisor;
 pub mod user_cli;

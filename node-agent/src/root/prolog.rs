@@ -172,7 +172,7 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
     let gpus = alloc::gpu_ids(env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).as_deref());
     let gres_conf = std::fs::read_to_string(gres::gres_conf_path(env("SLURM_CONF").as_deref())).unwrap_or_default();
     let gpu_devices = gres::gpu_devices(&gres_conf, &node, &gpus);
-    let slurm_conf = PathBuf::from(env("SLURM_CONF").unwrap_or_else(|| "/etc/slurm/slurm.conf".into()));
+    let slurm_conf = crate::slurm_conf::path(env("SLURM_CONF").as_deref());
     let labels = node_labels(&node, env("SLURM_JOB_PARTITION"), &gpus, &gres_conf, &slurm_conf);
     let addrs = node_addrs(&nodes)?;
     let propagate: Vec<&str> = a.propagate.split(',').filter(|s| !s.is_empty()).collect();
