@@ -9,8 +9,75 @@ use std::time::{Duration, Instant};
 
 pub mod packages;
 
-pub const USER_A: &str = "syndeo-a";
-pub const USER_B: &str = "syndeo-b";
+/// Which of the minicluster's clusters the tests run against
+/// (SYNDEO_MINICLUSTER, 0 by default): `tests/run` runs two releases at once.
+pub fn instance() -> u32 {
+    std::env::var("SYNDEO_MINICLUSTER").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// The cluster's state directory (what `minicluster up` wrote).
+pub fn mc_state_dir() -> String {
+    match instance() {
+        0 => "/run/syndeo-minicluster".into(),
+        k => format!("/run/syndeo-minicluster-{k}"),
+    }
+}
+
+/// The cluster's two test users, as `up` made them (syndeo-a and syndeo-b on
+/// cluster 0, syndeo-aK and syndeo-bK on cluster K).
+fn test_users() -> &'static [String; 2] {
+    static USERS: std::sync::OnceLock<[String; 2]> = std::sync::OnceLock::new();
+    USERS.get_or_init(|| {
+        let tag = match instance() {
+            0 => String::new(),
+            k => k.to_string(),
+        };
+        let listed = mc_state("users").unwrap_or_default();
+        let mut names = listed.split_whitespace().map(str::to_string);
+        match (names.next(), names.next()) {
+            (Some(a), Some(b)) => [a, b],
+            _ => [format!("syndeo-a{tag}"), format!("syndeo-b{tag}")],
+        }
+    })
+}
+
+/// The user whose jobs a test runs.
+pub fn user_a() -> &'static str {
+    &test_users()[0]
+}
+
+/// Another user: the co-tenant, the attacker.
+pub fn user_b() -> &'static str {
+    &test_users()[1]
+}
+
+/// The first three parts of the nodes' addresses on the cluster's bridge
+/// ("10.213.7" on cluster 0).
+pub fn bridge_prefix() -> String {
+    mc_state("prefix").unwrap_or_else(|| format!("10.213.{}", 7 + 10 * instance()))
+}
+
+/// The same for the second network, the fast fabric's stand-in (eth1).
+pub fn fabric_prefix() -> String {
+    mc_state("fabric_prefix").unwrap_or_else(|| format!("10.213.{}", 8 + 10 * instance()))
+}
+
+/// The network namespace of `node` (`ip -n`).
+pub fn node_netns(node: &str) -> String {
+    format!("{}{node}", mc_state("netns_prefix").unwrap_or_default())
+}
+
+/// Where the cluster's Slurm daemons log.
+pub fn slurm_log_dir() -> String {
+    mc_state("log_dir").unwrap_or_else(|| "/var/log/slurm".into())
+}
+
+/// The minicluster script, for this cluster.
+fn mc_command() -> Command {
+    let mut c = Command::new(minicluster());
+    c.env("SYNDEO_MINICLUSTER", instance().to_string());
+    c
+}
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -28,7 +95,7 @@ const SLURM_CLIENTS: &[&str] =
 /// Slurm's client commands run as the running release's.
 pub fn run(argv: &[&str]) -> Output {
     if SLURM_CLIENTS.contains(&argv[0]) {
-        return Command::new(minicluster())
+        return mc_command()
             .args(["exec", "--"])
             .args(argv)
             .output()
@@ -51,7 +118,7 @@ pub fn minicluster_up_again() -> Output {
 
 /// A file of the minicluster's state (release, root, mode, nodes).
 fn mc_state(name: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/run/syndeo-minicluster/{name}")).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(format!("{}/{name}", mc_state_dir())).ok().map(|s| s.trim().to_string())
 }
 
 /// The Slurm release the minicluster runs ("22.05", "24.11", "26.05").
@@ -86,6 +153,7 @@ pub fn as_user(user: &str, dir: &Path, argv: &[&str]) -> Output {
         .args(["exec", "--user", user, "--cwd", dir.to_str().unwrap(), "--"])
         .args(argv)
         .env_clear()
+        .env("SYNDEO_MINICLUSTER", instance().to_string())
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("HOME", format!("/home/{user}"))
         .env("USER", user)
@@ -102,7 +170,7 @@ pub fn image() -> String {
 }
 
 pub fn nodes() -> Vec<String> {
-    std::fs::read_to_string("/run/syndeo-minicluster/nodes")
+    std::fs::read_to_string(format!("{}/nodes", mc_state_dir()))
         .expect("the minicluster is not up: run tests/cluster/minicluster up")
         .lines()
         .map(str::to_string)
@@ -163,7 +231,7 @@ impl Job {
             }
             if start.elapsed() >= limit {
                 // A test that gives up must not leave its job holding the nodes.
-                let _ = Command::new(minicluster()).args(["exec", "scancel", &self.id.to_string()]).output();
+                let _ = mc_command().args(["exec", "scancel", &self.id.to_string()]).output();
                 panic!("job {} still {state} after {limit:?} (cancelled): {}", self.id, self.output());
             }
             std::thread::sleep(Duration::from_millis(250));
@@ -203,7 +271,7 @@ pub fn user_processes(node: &str, user: &str) -> Vec<String> {
 
 /// Lines of a node's slurmd log.
 pub fn slurmd_log(node: &str) -> String {
-    std::fs::read_to_string(format!("/var/log/slurm/slurmd-{node}.log")).unwrap_or_default()
+    std::fs::read_to_string(format!("{}/slurmd-{node}.log", slurm_log_dir())).unwrap_or_default()
 }
 
 /// Node states that mean a node was taken out of service.
@@ -451,13 +519,13 @@ pub fn accounting_mode() -> bool {
 
 /// Whether the minicluster runs Slurm's cgroup plugins (`up` without `--no-cgroups`).
 pub fn cgroup_mode() -> bool {
-    std::fs::read_to_string("/run/syndeo-minicluster/mode").map(|m| m.trim() == "cgroups").unwrap_or(false)
+    mc_state("mode").is_some_and(|m| m == "cgroups")
 }
 
 /// A node's address on the minicluster's bridge.
 pub fn node_addr(node: &str) -> String {
     let i: usize = node.trim_start_matches("node").parse().expect("nodeN");
-    format!("10.213.7.{}", 10 + i)
+    format!("{}.{}", bridge_prefix(), 10 + i)
 }
 
 /// The address `job`'s agent on `node` serves its mesh on (root's view, `ss`).

@@ -35,9 +35,9 @@ fn ray_lives_in_the_jobs_cgroups_and_a_task_over_the_memory_limit_gets_rays_out_
         return;
     }
     let image = image();
-    let dir_b = workdir(USER_B, "oom-neighbour");
-    let b = sbatch(USER_B, &dir_b, &["-N2", "--mem=300M"], "#!/bin/bash\nsleep 30\necho NEIGHBOUR OK\n");
-    let dir = workdir(USER_A, "oom");
+    let dir_b = workdir(user_b(), "oom-neighbour");
+    let b = sbatch(user_b(), &dir_b, &["-N2", "--mem=300M"], "#!/bin/bash\nsleep 30\necho NEIGHBOUR OK\n");
+    let dir = workdir(user_a(), "oom");
     let script = format!(
         r#"#!/bin/bash
 echo READY
@@ -60,10 +60,10 @@ print("AFTER", ray.get(ray.remote(lambda: 42).remote()))
 '
 "#
     );
-    let job = sbatch(USER_A, &dir, &["-N2", "--mem=1500M", &format!("--syndeo={image}")], &script);
+    let job = sbatch(user_a(), &dir, &["-N2", "--mem=1500M", &format!("--syndeo={image}")], &script);
     let _cancel = CancelOnDrop(vec![job.id, b.id]);
     job.wait_line("READY", Duration::from_secs(300));
-    let (uid, _) = user_ids(USER_A);
+    let (uid, _) = user_ids(user_a());
     let procs = marked_processes(job.id);
     assert!(procs.len() >= 6, "{procs:?}");
     for pid in &procs {
@@ -78,7 +78,7 @@ print("AFTER", ray.get(ray.remote(lambda: 42).remote()))
             );
         }
     }
-    write_file(USER_A, &dir.join("go"), "");
+    write_file(user_a(), &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     assert_eq!(b.wait(Duration::from_secs(120)), "COMPLETED", "{}", b.output());
     let out = job.stdout();
@@ -97,7 +97,7 @@ fn ray_gets_the_cpus_and_memory_of_the_jobs_cgroup_and_tasks_run_on_the_jobs_cpu
         return;
     }
     let image = image();
-    let dir = workdir(USER_A, "cpuset");
+    let dir = workdir(user_a(), "cpuset");
     let script = format!(
         r#"#!/bin/bash
 echo READY
@@ -117,10 +117,10 @@ for line in ray.get([ray.remote(cpus).options(scheduling_strategy=On(n, soft=Fal
 '
 "#
     );
-    let job = sbatch(USER_A, &dir, &["-N3", "--mem=1200M", &format!("--syndeo={image}")], &script);
+    let job = sbatch(user_a(), &dir, &["-N3", "--mem=1200M", &format!("--syndeo={image}")], &script);
     let _cancel = CancelOnDrop(vec![job.id]);
     job.wait_line("READY", Duration::from_secs(300));
-    let (uid, _) = user_ids(USER_A);
+    let (uid, _) = user_ids(user_a());
     let cpusets: Vec<(String, String)> = nodes()
         .iter()
         .map(|n| {
@@ -132,7 +132,7 @@ for line in ray.get([ray.remote(cpus).options(scheduling_strategy=On(n, soft=Fal
             )
         })
         .collect();
-    write_file(USER_A, &dir.join("go"), "");
+    write_file(user_a(), &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let out = job.stdout();
     for (node, cpuset) in &cpusets {
@@ -163,7 +163,7 @@ fn sstat_on_the_extern_step_shows_the_cpu_time_of_rays_tasks() {
         return;
     }
     let image = image();
-    let dir = workdir(USER_A, "sstat");
+    let dir = workdir(user_a(), "sstat");
     let script = format!(
         r#"#!/bin/bash
 srun --syndeo -N1 -n1 python3 -c '
@@ -179,7 +179,7 @@ print("BURNED")
 '
 {HOLD_THEN}"#
     );
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], &script);
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], &script);
     let _cancel = CancelOnDrop(vec![job.id]);
     job.wait_line("BURNED", Duration::from_secs(300));
     std::thread::sleep(Duration::from_secs(6)); // JobAcctGatherFrequency=task=5
@@ -193,7 +193,7 @@ print("BURNED")
         "-o",
         "JobID,TresUsageInTot",
     ]);
-    write_file(USER_A, &dir.join("go"), "");
+    write_file(user_a(), &dir.join("go"), "");
     job.wait(Duration::from_secs(180));
     let t = text(&o);
     let cpu_secs = t.split([',', '|', '\n']).find_map(|f| f.strip_prefix("cpu=")).map(parse_slurm_time).unwrap_or(0);
@@ -217,14 +217,14 @@ fn at_job_end_slurm_reaps_every_syndeo_process_and_the_jobs_cgroups_are_gone() {
         return;
     }
     let image = image();
-    let dir = workdir(USER_A, "reaped");
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/bash\necho READY\nsleep 300\n");
+    let dir = workdir(user_a(), "reaped");
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/bash\necho READY\nsleep 300\n");
     job.wait_line("READY", Duration::from_secs(300));
-    let (uid, _) = user_ids(USER_A);
+    let (uid, _) = user_ids(user_a());
     run(&["scancel", &job.id.to_string()]);
     job.wait(Duration::from_secs(180));
     assert!(marked_processes(job.id).is_empty(), "{:?}", marked_processes(job.id));
-    let left = leftovers(job.id, USER_A);
+    let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
     for node in nodes() {
         for ctl in ["memory", "freezer", "cpuset", "devices"] {
@@ -241,11 +241,11 @@ fn at_job_end_slurm_reaps_every_syndeo_process_and_the_jobs_cgroups_are_gone() {
 #[ignore = "needs the minicluster (tests/run)"]
 fn syndeo_processes_have_the_jobs_limits_umask_and_oom_score_adj_not_slurmds() {
     let image = image();
-    let dir = workdir(USER_A, "limits");
-    write_file(USER_A, &dir.join("job.sh"), "#!/bin/bash\necho SCRIPT_PID $$\nsleep 300\n");
+    let dir = workdir(user_a(), "limits");
+    write_file(user_a(), &dir.join("job.sh"), "#!/bin/bash\necho SCRIPT_PID $$\nsleep 300\n");
     let submit =
         format!("ulimit -Sn 777; ulimit -Sc 0; umask 027; sbatch --parsable -N2 -o job.out --syndeo={image} job.sh");
-    let o = as_user(USER_A, &dir, &["bash", "-c", &submit]);
+    let o = as_user(user_a(), &dir, &["bash", "-c", &submit]);
     assert!(o.status.success(), "{}", text(&o));
     let job = Job { id: String::from_utf8_lossy(&o.stdout).trim().parse().unwrap(), dir: dir.clone() };
     let _cancel = CancelOnDrop(vec![job.id]);

@@ -46,19 +46,19 @@ srun --syndeo -N1 -n1 python3 driver.py
 #[ignore = "needs the minicluster (tests/run)"]
 fn batch_job_gets_a_three_node_ray_cluster_and_leaves_nothing_behind() {
     let image = image();
-    let dir = workdir(USER_A, "core");
-    write_file(USER_A, &dir.join("driver.py"), DRIVER);
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], SCRIPT);
+    let dir = workdir(user_a(), "core");
+    write_file(user_a(), &dir.join("driver.py"), DRIVER);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], SCRIPT);
     let state = job.wait(Duration::from_secs(300));
     let out = job.output();
     assert_eq!(state, "COMPLETED", "{out}");
-    assert!(out.contains("RAY_ADDRESS=10.213.7."), "{out}");
+    assert!(out.contains(&format!("RAY_ADDRESS={}.", bridge_prefix())), "{out}");
     assert!(out.contains("SYNDEO_NODES=node1,node2,node3"), "{out}");
     assert!(out.contains("ALIVE_NODES 3"), "{out}");
     assert!(out.contains("TASK_HOSTS node1,node2,node3"), "{out}");
     assert!(out.contains(&format!("TRANSFERS 3 {}", 3 * (4 << 20))), "{out}");
     assert!(out.contains("DRIVER OK"), "{out}");
-    let left = leftovers(job.id, USER_A);
+    let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "left behind: {left:#?}");
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
@@ -66,23 +66,23 @@ fn batch_job_gets_a_three_node_ray_cluster_and_leaves_nothing_behind() {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn missing_image_fails_the_job_with_its_path_and_drains_no_node() {
-    let dir = workdir(USER_A, "missing");
-    let job = sbatch(USER_A, &dir, &["-N2", "--syndeo=/nonexistent/ray-image"], SCRIPT_RAN);
+    let dir = workdir(user_a(), "missing");
+    let job = sbatch(user_a(), &dir, &["-N2", "--syndeo=/nonexistent/ray-image"], SCRIPT_RAN);
     job.assert_refused(Duration::from_secs(120), "image /nonexistent/ray-image does not exist");
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
-    assert!(leftovers(job.id, USER_A).is_empty(), "{:?}", leftovers(job.id, USER_A));
+    assert!(leftovers(job.id, user_a()).is_empty(), "{:?}", leftovers(job.id, user_a()));
 }
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn srun_without_syndeo_in_a_syndeo_job_runs_on_the_host_with_ray_address() {
     let image = image();
-    let dir = workdir(USER_A, "hoststep");
+    let dir = workdir(user_a(), "hoststep");
     let script = "#!/bin/bash\nsrun -N1 -n1 sh -c 'echo STEP_RAY=$RAY_ADDRESS; test -x /usr/bin/sbatch && echo ON_HOST'\nsrun --syndeo -N1 -n1 sh -c 'test -x /usr/bin/sbatch || echo IN_IMAGE'\n";
-    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N1", &format!("--syndeo={image}")], script);
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     let out = job.output();
-    assert!(out.contains("STEP_RAY=10.213.7."), "{out}");
+    assert!(out.contains(&format!("STEP_RAY={}.", bridge_prefix())), "{out}");
     // sbatch exists on the host but not in the image.
     assert!(out.contains("ON_HOST"), "plain srun ran in the image: {out}");
     assert!(out.contains("IN_IMAGE"), "srun --syndeo ran on the host: {out}");
@@ -92,7 +92,7 @@ fn srun_without_syndeo_in_a_syndeo_job_runs_on_the_host_with_ray_address() {
 #[ignore = "needs the minicluster (tests/run)"]
 fn syndeo_cli_reports_status_runs_in_the_image_and_shows_any_nodes_logs() {
     let image = image();
-    let dir = workdir(USER_A, "cli");
+    let dir = workdir(user_a(), "cli");
     let script = r#"#!/bin/bash
 syndeo status
 syndeo status --json | python3 -c 'import json, sys; d = json.load(sys.stdin); print("JSON", d["state"], len(d["ready_nodes"]), d["head"])'
@@ -101,7 +101,7 @@ syndeo exec sh -c 'test -x /usr/bin/sbatch || echo EXEC_IN_IMAGE'
 syndeo logs | grep -q "agent started" && echo LOGS_HERE
 syndeo logs node2 | grep -q "node=node2" && echo LOGS_NODE2
 "#;
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], script);
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     let out = job.stdout();
     assert!(out.contains("ready") && out.contains("head:        node1"), "{}", job.output());
@@ -115,7 +115,7 @@ syndeo logs node2 | grep -q "node=node2" && echo LOGS_NODE2
 #[ignore = "needs the minicluster (tests/run)"]
 fn ray_gets_the_jobs_cpus_and_memory_on_each_node_not_the_hosts() {
     let image = image();
-    let dir = workdir(USER_A, "resources");
+    let dir = workdir(user_a(), "resources");
     let script = r#"#!/bin/bash
 srun --syndeo -N1 -n1 python3 -c '
 import ray
@@ -124,7 +124,7 @@ r = ray.cluster_resources()
 print("RESOURCES", int(r["CPU"]), int(r["memory"]) >> 20, int(r["object_store_memory"]) >> 20)
 '
 "#;
-    let job = sbatch(USER_A, &dir, &["-N3", "--mem=1500M", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N3", "--mem=1500M", &format!("--syndeo={image}")], script);
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     // 1 CPU and 1500 MiB per node: object store a third (500 MiB), Ray's memory the rest.
     assert!(job.stdout().contains("RESOURCES 3 3000 1500"), "{}", job.output());

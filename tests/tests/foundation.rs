@@ -24,23 +24,23 @@ fn sbatch_srun_and_salloc_help_list_the_syndeo_option() {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn relative_image_is_refused_at_submit_with_a_syndeo_message() {
-    let dir = workdir(USER_A, "relative");
-    write_file(USER_A, &dir.join("job.sh"), "#!/bin/sh\ntrue\n");
-    let before = text(&run(&["squeue", "-h", "-u", USER_A, "-o", "%i"]));
-    let o = as_user(USER_A, &dir, &["sbatch", "-N1", "--syndeo=images/ray", "job.sh"]);
+    let dir = workdir(user_a(), "relative");
+    write_file(user_a(), &dir.join("job.sh"), "#!/bin/sh\ntrue\n");
+    let before = text(&run(&["squeue", "-h", "-u", user_a(), "-o", "%i"]));
+    let o = as_user(user_a(), &dir, &["sbatch", "-N1", "--syndeo=images/ray", "job.sh"]);
     let t = text(&o);
     assert!(!o.status.success(), "sbatch accepted a relative image: {t}");
     assert!(t.contains("syndeo: --syndeo IMAGE \"images/ray\" is not an absolute path"), "{t}");
-    let after = text(&run(&["squeue", "-h", "-u", USER_A, "-o", "%i"]));
+    let after = text(&run(&["squeue", "-h", "-u", user_a(), "-o", "%i"]));
     assert_eq!(before, after, "a job was queued");
 }
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn image_with_a_newline_is_refused_at_submit() {
-    let dir = workdir(USER_A, "newline");
-    write_file(USER_A, &dir.join("job.sh"), "#!/bin/sh\ntrue\n");
-    let o = as_user(USER_A, &dir, &["sbatch", "-N1", "--syndeo=/img\n/x", "job.sh"]);
+    let dir = workdir(user_a(), "newline");
+    write_file(user_a(), &dir.join("job.sh"), "#!/bin/sh\ntrue\n");
+    let o = as_user(user_a(), &dir, &["sbatch", "-N1", "--syndeo=/img\n/x", "job.sh"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("control character"), "{}", text(&o));
 }
@@ -48,8 +48,8 @@ fn image_with_a_newline_is_refused_at_submit() {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn prolog_and_epilog_hooks_run_on_all_three_nodes_of_a_syndeo_job() {
-    let dir = workdir(USER_A, "hooks");
-    let job = sbatch(USER_A, &dir, &["-N3", "--syndeo=/nonexistent/image"], "#!/bin/sh\ntrue\n");
+    let dir = workdir(user_a(), "hooks");
+    let job = sbatch(user_a(), &dir, &["-N3", "--syndeo=/nonexistent/image"], "#!/bin/sh\ntrue\n");
     job.wait(Duration::from_secs(120));
     for n in nodes() {
         let log = slurmd_log(&n);
@@ -62,9 +62,9 @@ fn prolog_and_epilog_hooks_run_on_all_three_nodes_of_a_syndeo_job() {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn job_without_syndeo_triggers_nothing() {
-    let dir = workdir(USER_A, "plain");
+    let dir = workdir(user_a(), "plain");
     let job =
-        sbatch(USER_A, &dir, &["-N3"], "#!/bin/sh\nsrun -N3 hostname\nenv | grep -c '^SYNDEO_\\|^RAY_' || true\n");
+        sbatch(user_a(), &dir, &["-N3"], "#!/bin/sh\nsrun -N3 hostname\nenv | grep -c '^SYNDEO_\\|^RAY_' || true\n");
     assert_eq!(job.wait(Duration::from_secs(60)), "COMPLETED", "{}", job.output());
     assert_eq!(job.stdout().lines().last(), Some("0"), "syndeo variables leaked into a plain job: {}", job.output());
     for n in nodes() {

@@ -45,15 +45,15 @@ print("TASKS", " ".join(sorted(ray.get([where.options(scheduling_strategy=On(n, 
 #[ignore = "needs the minicluster (tests/run)"]
 fn the_gpus_slurm_allocates_on_each_node_are_the_ones_ray_sees_and_the_only_devices_the_container_gets() {
     let image = image();
-    let dir = workdir(USER_A, "gpus");
+    let dir = workdir(user_a(), "gpus");
     // Another user's job holds GPU index 0 (nvidia7) on every node, so the
     // syndeo job gets index 1, whose device is nvidia9, not /dev/nvidia1.
     // (Another user's, so that its processes are not counted as A's leftovers.)
-    let holder_dir = workdir(USER_B, "gpus-holder");
-    let holder = sbatch(USER_B, &holder_dir, &["-N3", "--gres=gpu:1"], "#!/bin/sh\nsleep 600\n");
+    let holder_dir = workdir(user_b(), "gpus-holder");
+    let holder = sbatch(user_b(), &holder_dir, &["-N3", "--gres=gpu:1"], "#!/bin/sh\nsleep 600\n");
     let _cancel = CancelOnDrop(vec![holder.id]);
     holder.wait_running(Duration::from_secs(60));
-    let job = sbatch(USER_A, &dir, &["-N3", "--gres=gpu:1", &format!("--syndeo={image}")], SCRIPT);
+    let job = sbatch(user_a(), &dir, &["-N3", "--gres=gpu:1", &format!("--syndeo={image}")], SCRIPT);
     assert_eq!(job.wait(Duration::from_secs(240)), "COMPLETED", "{}", job.output());
     run(&["scancel", &holder.id.to_string()]);
     holder.wait(Duration::from_secs(120));
@@ -65,6 +65,6 @@ fn the_gpus_slurm_allocates_on_each_node_are_the_ones_ray_sees_and_the_only_devi
         // ConstrainDevices: the job may not open the other job's GPU at all.
         assert!(out.contains("OTHER_GPU EPERM"), "{}", job.output());
     }
-    let left = leftovers(job.id, USER_A);
+    let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
 }

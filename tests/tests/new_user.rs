@@ -14,7 +14,7 @@ use syndeo_tests::*;
 #[ignore = "needs the minicluster (tests/run)"]
 fn the_first_step_finds_every_node_active_in_ray_status_a_strict_spread_group_placed_and_spread_tasks_on_all() {
     let image = image();
-    let dir = workdir(USER_A, "truly-ready");
+    let dir = workdir(user_a(), "truly-ready");
     let script = r#"#!/bin/bash
 srun --syndeo -N1 -n1 bash -c 'ray status 2>&1 | sed "s/^/STATUS /"; python3 -c "
 import collections, socket, ray
@@ -31,7 +31,7 @@ hosts = collections.Counter(ray.get([host.options(scheduling_strategy=\"SPREAD\"
 print(\"SPREAD\", sorted(hosts.items()))
 "'
 "#;
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], script);
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let out = job.stdout();
     let status: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("STATUS ")).collect();
@@ -57,7 +57,7 @@ print(\"SPREAD\", sorted(hosts.items()))
 #[ignore = "needs the minicluster (tests/run)"]
 fn in_the_salloc_shell_the_cli_works_plain_srun_runs_on_the_host_and_srun_syndeo_in_the_image() {
     let image = image();
-    let dir = workdir(USER_A, "salloc-shell");
+    let dir = workdir(user_a(), "salloc-shell");
     let shell = r#"
 set -u
 syndeo wait --timeout 300 && echo WAITED
@@ -69,14 +69,14 @@ srun -N1 -n1 sh -c 'test -x /usr/local/bin/ray && echo PLAIN_IN_IMAGE || echo PL
 srun --syndeo -N1 -n1 sh -c 'test -x /usr/local/bin/ray && echo SYNDEO_IN_IMAGE || echo SYNDEO_ON_HOST'
 srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len([n for n in ray.nodes() if n["Alive"]]))'
 "#;
-    let o = as_user(USER_A, &dir, &["salloc", "-N2", &format!("--syndeo={image}"), "bash", "-c", shell]);
+    let o = as_user(user_a(), &dir, &["salloc", "-N2", &format!("--syndeo={image}"), "bash", "-c", shell]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("WAITED"), "{out}");
     assert!(out.contains("STATUS job ") && out.contains(": ready"), "{out}");
     assert!(out.contains("LOGS_NODE2 1"), "{out}");
     let address = out.lines().find_map(|l| l.strip_prefix("ENV_ADDRESS=")).unwrap_or("");
-    assert!(address.starts_with("10.213.7.") && address.contains("TOKEN_LEN=64"), "{out}");
+    assert!(address.starts_with(&format!("{}.", bridge_prefix())) && address.contains("TOKEN_LEN=64"), "{out}");
     assert!(out.contains("PLAIN_ON_HOST") && !out.contains("PLAIN_IN_IMAGE"), "{out}");
     assert!(out.contains("SYNDEO_IN_IMAGE") && out.contains("ALIVE 2"), "{out}");
 }
@@ -88,25 +88,26 @@ srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len([n 
 #[ignore = "needs the minicluster (tests/run)"]
 fn logs_outlive_the_job_in_its_work_directory_and_keep_logs_false_keeps_none() {
     let image = image();
-    let dir = workdir(USER_A, "kept-logs");
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/bash\nsrun --syndeo -N1 -n1 true\n");
+    let dir = workdir(user_a(), "kept-logs");
+    let job =
+        sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/bash\nsrun --syndeo -N1 -n1 true\n");
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let kept = dir.join(format!("syndeo-{}", job.id));
-    let (uid, _) = user_ids(USER_A);
+    let (uid, _) = user_ids(user_a());
     for node in ["node1", "node2"] {
         let agent_log = kept.join(node).join("agent.log");
         let meta = std::fs::metadata(&agent_log).unwrap_or_else(|e| panic!("{}: {e}", agent_log.display()));
         assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), uid, "{} is not the user's", agent_log.display());
         assert!(kept.join(node).join("ray").is_dir(), "no Ray logs of {node}");
     }
-    let o = as_user(USER_A, &dir, &["syndeo", "logs", "--job", &job.id.to_string(), "node2"]);
+    let o = as_user(user_a(), &dir, &["syndeo", "logs", "--job", &job.id.to_string(), "node2"]);
     let shown = text(&o);
     assert!(o.status.success() && shown.contains("node2/agent.log") && shown.contains("agent started"), "{shown}");
     assert!(!shown.contains("node1/agent.log"), "{shown}");
 
     let _off = ConfigOverride::set("keep_logs", "false");
-    let dir = workdir(USER_A, "no-kept-logs");
-    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={image}")], "#!/bin/bash\ntrue\n");
+    let dir = workdir(user_a(), "no-kept-logs");
+    let job = sbatch(user_a(), &dir, &["-N1", &format!("--syndeo={image}")], "#!/bin/bash\ntrue\n");
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     assert!(!dir.join(format!("syndeo-{}", job.id)).exists(), "logs were kept with keep_logs = false");
 }
@@ -119,14 +120,14 @@ fn logs_outlive_the_job_in_its_work_directory_and_keep_logs_false_keeps_none() {
 fn with_the_dashboard_on_status_prints_the_tunnel_and_ray_job_submit_works_with_the_jobs_token_only() {
     let image = image_with_ray_default();
     let _on = ConfigOverride::set("dashboard", "true");
-    let dir = workdir(USER_A, "dashboard");
+    let dir = workdir(user_a(), "dashboard");
     let script = r#"#!/bin/bash
 syndeo status | sed 's/^/STATUS /'
 srun --syndeo -N1 -n1 ray job submit --address "$SYNDEO_DASHBOARD_URL" -- python3 -c 'print("SUBMITTED", 6 * 7)' 2>&1 | tail -5 | sed 's/^/WITH_TOKEN /'
 srun --syndeo -N1 -n1 env -u RAY_AUTH_TOKEN RAY_AUTH_MODE=token ray job submit --address "$SYNDEO_DASHBOARD_URL" -- true > no-token.out 2>&1
 echo "NO_TOKEN_EXIT=$?"
 "#;
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], script);
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let out = job.stdout();
     let url = out.lines().find_map(|l| l.strip_prefix("STATUS dashboard:   ")).unwrap_or("").trim().to_string();
@@ -144,11 +145,11 @@ echo "NO_TOKEN_EXIT=$?"
 #[ignore = "needs the minicluster (tests/run)"]
 fn the_demo_runs_its_tasks_on_every_node_as_the_readme_shows() {
     let image = image();
-    let dir = workdir(USER_A, "demo");
+    let dir = workdir(user_a(), "demo");
     let pi = std::fs::read_to_string(repo().join("demo/pi.py")).unwrap();
-    write_file(USER_A, &dir.join("pi.py"), &pi);
+    write_file(user_a(), &dir.join("pi.py"), &pi);
     let script = std::fs::read_to_string(repo().join("demo/job.sh")).unwrap();
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], &script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], &script);
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("from tasks on node1, node2, node3"), "{}", job.output());
 }

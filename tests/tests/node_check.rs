@@ -201,9 +201,9 @@ fn apptainer_starts_the_default_image_as_the_given_user() {
     }
     let image = image();
     let _default = ConfigOverride::set("default_image", &format!("\"{image}\""));
-    let (o, lines) = check_on(NODE, &["--as-user", USER_A]);
+    let (o, lines) = check_on(NODE, &["--as-user", user_a()]);
     let l = line(&lines, "runtime-start");
-    assert!(l.status == "OK" && l.rest.contains(USER_A) && l.rest.contains(&image), "{}", text(&o));
+    assert!(l.status == "OK" && l.rest.contains(user_a()) && l.rest.contains(&image), "{}", text(&o));
 }
 
 /// slurm.conf as it was, written back (and the daemons restarted) when

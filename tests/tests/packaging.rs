@@ -147,10 +147,10 @@ fn deb_and_rpm_are_built_for_the_running_slurm_and_the_installed_deb_runs_the_jo
     assert!(o.status.success(), "{}", text(&o));
 
     let image = image();
-    let dir = workdir(USER_A, "packaged");
-    write_file(USER_A, &dir.join("driver.py"), DRIVER);
+    let dir = workdir(user_a(), "packaged");
+    write_file(user_a(), &dir.join("driver.py"), DRIVER);
     let job = sbatch(
-        USER_A,
+        user_a(),
         &dir,
         &["-N3", &format!("--syndeo={image}")],
         "#!/bin/bash\nsrun --syndeo -N1 -n1 python3 driver.py\n",
@@ -159,7 +159,7 @@ fn deb_and_rpm_are_built_for_the_running_slurm_and_the_installed_deb_runs_the_jo
 
     assert_eq!(state, "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("PACKAGED_HOSTS node1,node2,node3"), "{}", job.output());
-    assert!(leftovers(job.id, USER_A).is_empty(), "{:?}", leftovers(job.id, USER_A));
+    assert!(leftovers(job.id, user_a()).is_empty(), "{:?}", leftovers(job.id, user_a()));
 }
 
 /// A syndeo job runs on the packaged syndeo; a newer package is installed
@@ -179,12 +179,12 @@ fn installing_a_newer_package_under_a_running_job_breaks_none_of_it() {
     let o = run(&[minicluster().to_str().unwrap(), "restart"]);
     assert!(o.status.success(), "{}", text(&o));
     let image = image();
-    let dir = workdir(USER_A, "upgrade");
+    let dir = workdir(user_a(), "upgrade");
     let count = "python3 -c 'import ray; ray.init(); print(\"ALIVE\", len({n[\"NodeManagerAddress\"] for n in ray.nodes() if n[\"Alive\"]}))'";
     let script = format!(
         "#!/bin/bash\necho READY\nfor i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done\nsrun --syndeo -N1 -n1 -w node1 {count}\n"
     );
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], &script);
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], &script);
     let _cancel = CancelOnDrop(vec![job.id]);
     job.wait_line("READY", Duration::from_secs(300));
     dpkg_install(&new, "--force-confold");
@@ -192,12 +192,12 @@ fn installing_a_newer_package_under_a_running_job_breaks_none_of_it() {
     let agent = agent_pid(job.id, "node2").expect("the agent on node2");
     run(&["kill", "-KILL", &agent.to_string()]);
     job.wait_stderr("rejoined the cluster", Duration::from_secs(120));
-    write_file(USER_A, &dir.join("go"), "");
+    write_file(user_a(), &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("ALIVE 2"), "{}", job.output());
-    assert!(leftovers(job.id, USER_A).is_empty(), "{:?}", leftovers(job.id, USER_A));
+    assert!(leftovers(job.id, user_a()).is_empty(), "{:?}", leftovers(job.id, user_a()));
     let next = sbatch(
-        USER_A,
+        user_a(),
         &dir,
         &["-N2", &format!("--syndeo={image}")],
         &format!("#!/bin/bash\nsrun --syndeo -N1 -n1 {count}\n"),

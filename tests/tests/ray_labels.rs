@@ -95,8 +95,8 @@ fn assert_labels_match_slurm(job: &Job, partition: &str, gpus: u32) {
 #[ignore = "needs the minicluster (tests/run)"]
 fn each_nodes_labels_say_what_slurm_says_and_a_feature_selector_lands_only_where_slurm_put_the_feature() {
     let image = image();
-    let dir = workdir(USER_A, "ray-labels");
-    let job = sbatch(USER_A, &dir, &["-N3", "--gres=gpu:1", &format!("--syndeo={image}")], &script(SELECT_FEATURES));
+    let dir = workdir(user_a(), "ray-labels");
+    let job = sbatch(user_a(), &dir, &["-N3", "--gres=gpu:1", &format!("--syndeo={image}")], &script(SELECT_FEATURES));
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     assert_labels_match_slurm(&job, "debug", 1);
     for feature in ["cpu_fast", "bigmem"] {
@@ -107,16 +107,16 @@ fn each_nodes_labels_say_what_slurm_says_and_a_feature_selector_lands_only_where
         let ran: BTreeSet<String> = on[0].split_whitespace().map(String::from).collect();
         assert!(!ran.is_empty() && ran.is_subset(&with), "{feature}: tasks ran on {ran:?}, Slurm says {with:?}");
     }
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_job_in_the_second_partition_without_gpus_is_labelled_with_that_partition_and_no_gpus() {
     let image = image();
-    let dir = workdir(USER_A, "ray-labels-fast");
-    let job = sbatch(USER_A, &dir, &["-N2", "-p", "fast", &format!("--syndeo={image}")], &script(""));
+    let dir = workdir(user_a(), "ray-labels-fast");
+    let job = sbatch(user_a(), &dir, &["-N2", "-p", "fast", &format!("--syndeo={image}")], &script(""));
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     assert_labels_match_slurm(&job, "fast", 0);
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }

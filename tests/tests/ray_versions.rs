@@ -27,8 +27,8 @@ echo "WRONG_TOKEN_EXIT=$?"
 
 /// A job of two nodes on `image`; its final state and the job.
 fn run_job(image: &str, name: &str) -> (String, Job) {
-    let dir = workdir(USER_A, name);
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], SCRIPT);
+    let dir = workdir(user_a(), name);
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], SCRIPT);
     let state = job.wait(Duration::from_secs(600));
     (state, job)
 }
@@ -45,7 +45,7 @@ fn assert_authenticated_cluster(image: &str, ray: &str, python: &str, name: &str
     assert!(!wrong.contains("WRONG TOKEN ACCEPTED"), "a driver with a wrong token joined: {wrong}");
     assert!(!out.contains("WRONG_TOKEN_EXIT=0"), "{}\n{wrong}", job.output());
     assert!(!job.stderr().contains("WARNING"), "{}", job.output());
-    let left = leftovers(job.id, USER_A);
+    let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
 }
 
@@ -60,7 +60,7 @@ fn assert_refused(image: &str, ray: &str, name: &str) {
     }
     assert!(!job.stdout().contains("VERSION"), "{}", job.output());
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
-    let left = leftovers(job.id, USER_A);
+    let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
 }
 
@@ -113,7 +113,7 @@ fn ray_2_40_and_2_9_run_where_the_site_allows_it_and_the_job_is_warned_once() {
         // No label selectors before Ray 2.49: no labels, and one line says so.
         let no_labels = job.stderr().matches("which has no label selectors").count();
         assert_eq!(no_labels, 1, "{}", job.output());
-        let left = leftovers(job.id, USER_A);
+        let left = leftovers(job.id, user_a());
         assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
     }
 }
@@ -134,8 +134,8 @@ mkdir -p other/ray && touch other/ray/__init__.py && echo 'version = "2.60.0"' >
 PYTHONPATH=$PYTHONPATH:$PWD/other srun -N1 -n1 python3 -c 'import ray; import ray' 2> other.err
 echo DONE
 "#;
-    let dir = workdir(USER_A, "host-driver");
-    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={cluster}")], script);
+    let dir = workdir(user_a(), "host-driver");
+    let job = sbatch(user_a(), &dir, &["-N1", &format!("--syndeo={cluster}")], script);
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let noray = std::fs::read_to_string(dir.join("noray.err")).unwrap_or_default();
     let lines: Vec<&str> = noray.lines().filter(|l| l.starts_with("syndeo:")).collect();

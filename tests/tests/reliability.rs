@@ -11,9 +11,9 @@ const HOLD: &str = "#!/bin/bash\necho READY $RAY_ADDRESS\nsleep 300\n";
 #[ignore = "needs the minicluster (tests/run)"]
 fn scancel_during_prolog_start_up_and_run_leaves_nothing_and_drains_nothing() {
     let image = image();
-    let dir = workdir(USER_A, "scancel");
+    let dir = workdir(user_a(), "scancel");
     for (phase, delay) in [("prolog", Some(0.2)), ("start-up", Some(2.0)), ("running", None)] {
-        let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], HOLD);
+        let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], HOLD);
         match delay {
             Some(s) => std::thread::sleep(Duration::from_secs_f64(s)),
             None => {
@@ -23,7 +23,7 @@ fn scancel_during_prolog_start_up_and_run_leaves_nothing_and_drains_nothing() {
         run(&["scancel", &job.id.to_string()]);
         let state = job.wait(Duration::from_secs(180));
         assert_eq!(state, "CANCELLED", "cancelled in {phase}: {}", job.output());
-        assert_clean(&job, USER_A);
+        assert_clean(&job, user_a());
     }
 }
 
@@ -31,8 +31,8 @@ fn scancel_during_prolog_start_up_and_run_leaves_nothing_and_drains_nothing() {
 #[ignore = "needs the minicluster (tests/run)"]
 fn epilog_cleans_up_after_an_agent_killed_with_sigkill_and_one_frozen() {
     let image = image();
-    let dir = workdir(USER_A, "agent-faults");
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], HOLD);
+    let dir = workdir(user_a(), "agent-faults");
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], HOLD);
     job.wait_line("READY ", Duration::from_secs(180));
     // Killed for good (its supervisor too), and frozen: the worst cases.
     kill_agent_for_good(job.id, "node2");
@@ -41,7 +41,7 @@ fn epilog_cleans_up_after_an_agent_killed_with_sigkill_and_one_frozen() {
     run(&["scancel", &job.id.to_string()]);
     job.wait(Duration::from_secs(180));
     assert!(std::fs::metadata(format!("/proc/{frozen}")).is_err(), "the frozen agent survived the epilog");
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
     for n in ["node2", "node3"] {
         assert!(
             slurmd_log(n).contains(&format!("syndeo: epilog for job {}: node clean in", job.id)),
@@ -54,20 +54,20 @@ fn epilog_cleans_up_after_an_agent_killed_with_sigkill_and_one_frozen() {
 #[ignore = "needs the minicluster (tests/run)"]
 fn image_without_ray_fails_the_job_with_the_fix_and_drains_no_node() {
     let noray = image_without_ray();
-    let dir = workdir(USER_A, "noray");
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={noray}")], SCRIPT_RAN);
+    let dir = workdir(user_a(), "noray");
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={noray}")], SCRIPT_RAN);
     job.assert_refused(
         Duration::from_secs(180),
         "the image has no `ray` command on its PATH; install Ray in the image",
     );
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn missing_container_runtime_fails_the_job_naming_the_node_fault() {
     let image = image();
-    let dir = workdir(USER_A, "noruntime");
+    let dir = workdir(user_a(), "noruntime");
     // The running runtime's binary (runtime() is "bubblewrap" or "apptainer").
     let (key, name) = match runtime().as_str() {
         "apptainer" => ("apptainer", "apptainer"),
@@ -75,7 +75,7 @@ fn missing_container_runtime_fails_the_job_naming_the_node_fault() {
     };
     let job = {
         let _broken = ConfigOverride::set(key, &format!("\"/nonexistent/{key}\""));
-        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
         job.wait(Duration::from_secs(180));
         job
     };
@@ -87,17 +87,17 @@ fn missing_container_runtime_fails_the_job_naming_the_node_fault() {
         )),
         "{out}"
     );
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn invalid_site_config_fails_syndeo_jobs_with_the_reason_and_drains_no_node() {
     let image = image();
-    let dir = workdir(USER_A, "badconfig");
+    let dir = workdir(user_a(), "badconfig");
     let job = {
         let _broken = ConfigOverride::set("startup_timeout", "\"soon\"");
-        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
         job.wait(Duration::from_secs(120));
         job
     };
@@ -105,9 +105,9 @@ fn invalid_site_config_fails_syndeo_jobs_with_the_reason_and_drains_no_node() {
     assert!(!out.contains("SCRIPT RAN"), "{out}");
     assert!(out.contains("syndeo's site configuration is invalid") && out.contains("/etc/syndeo/syndeo.toml"), "{out}");
     assert!(slurmd_log("node1").contains("syndeo's site configuration is invalid"), "not in slurmd's log");
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
     // Jobs without --syndeo were never affected, and syndeo jobs work again once fixed.
-    let plain = sbatch(USER_A, &dir, &["-N2"], "#!/bin/sh\necho PLAIN RAN\n");
+    let plain = sbatch(user_a(), &dir, &["-N2"], "#!/bin/sh\necho PLAIN RAN\n");
     assert_eq!(plain.wait(Duration::from_secs(60)), "COMPLETED");
 }
 
@@ -116,7 +116,7 @@ struct LinkDown(&'static str);
 
 impl LinkDown {
     fn new(node: &'static str) -> LinkDown {
-        let o = run(&["ip", "-n", node, "link", "set", "eth0", "down"]);
+        let o = run(&["ip", "-n", &node_netns(node), "link", "set", "eth0", "down"]);
         assert!(o.status.success(), "{}", text(&o));
         LinkDown(node)
     }
@@ -124,8 +124,17 @@ impl LinkDown {
 
 impl Drop for LinkDown {
     fn drop(&mut self) {
-        run(&["ip", "-n", self.0, "link", "set", "eth0", "up"]);
-        run(&["ip", "-n", self.0, "route", "replace", "default", "via", "10.213.7.1"]);
+        run(&["ip", "-n", &node_netns(self.0), "link", "set", "eth0", "up"]);
+        run(&[
+            "ip",
+            "-n",
+            &node_netns(self.0),
+            "route",
+            "replace",
+            "default",
+            "via",
+            &format!("{}.1", bridge_prefix()),
+        ]);
     }
 }
 
@@ -133,11 +142,11 @@ impl Drop for LinkDown {
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_link_lost_during_start_up_fails_the_job_within_the_start_up_timeout_naming_the_node() {
     let image = image();
-    let dir = workdir(USER_A, "linkdown");
+    let dir = workdir(user_a(), "linkdown");
     let job = {
         // Long enough for node2 to join on a busy machine, short for the test.
         let _short = ConfigOverride::set("startup_timeout", "40");
-        let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
         let t = std::time::Instant::now();
         while agent_pid(job.id, "node3").is_none() {
             assert!(t.elapsed() < Duration::from_secs(120), "no agent on node3: {}", job.output());
@@ -153,7 +162,7 @@ fn a_link_lost_during_start_up_fails_the_job_within_the_start_up_timeout_naming_
     assert_ne!(state, "COMPLETED", "{out}");
     assert!(!out.contains("SCRIPT RAN"), "{out}");
     assert!(out.contains("within the start-up timeout (40 s)") && out.contains("missing: [\"node3\"]"), "{out}");
-    let left = leftovers(job.id, USER_A);
+    let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
 }
 
@@ -161,27 +170,27 @@ fn a_link_lost_during_start_up_fails_the_job_within_the_start_up_timeout_naming_
 #[ignore = "needs the minicluster (tests/run)"]
 fn restarting_slurm_daemons_during_a_job_keeps_its_cluster_and_it_is_cleaned_later() {
     let image = image();
-    let dir = workdir(USER_A, "slurmd-restart");
+    let dir = workdir(user_a(), "slurmd-restart");
     let script = r#"#!/bin/bash
 echo READY $RAY_ADDRESS
 for i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done
 srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("NODES", len([n for n in ray.nodes() if n["Alive"]]))'
 "#;
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], script);
     job.wait_line("READY ", Duration::from_secs(180));
     let o = run(&[minicluster().to_str().unwrap(), "restart"]);
     assert!(o.status.success(), "{}", text(&o));
-    write_file(USER_A, &dir.join("go"), "");
+    write_file(user_a(), &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(240)), "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("NODES 3"), "{}", job.output());
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_workers_ray_that_dies_is_restarted_and_rejoins_with_one_line_in_the_job_output() {
     let image = image();
-    let dir = workdir(USER_A, "ray-restart");
+    let dir = workdir(user_a(), "ray-restart");
     let script = r#"#!/bin/bash
 echo READY $RAY_ADDRESS
 for i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done
@@ -189,20 +198,20 @@ srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n[
 "#;
     // (Distinct addresses: Ray lists a SIGKILLed raylet as alive until its
     // health checks expire, beside the one that replaced it.)
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], script);
     job.wait_line("READY ", Duration::from_secs(180));
     let raylet = job_process(job.id, "node2", "/usr/local/lib/python3.11/dist-packages/ray/core/src/ray/raylet/raylet")
         .expect("a raylet on node2");
     run(&["kill", "-KILL", &raylet.to_string()]);
     job.wait_stderr("rejoined the cluster", Duration::from_secs(120));
-    write_file(USER_A, &dir.join("go"), "");
+    write_file(user_a(), &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     let err = job.stderr();
     let notices: Vec<&str> = err.lines().filter(|l| l.contains("died while the job ran")).collect();
     assert_eq!(notices.len(), 1, "{err}");
     assert!(notices[0].contains("on node2") && notices[0].contains("(1 of 3)"), "{}", notices[0]);
     assert!(job.stdout().contains("ALIVE 3"), "{}", job.output());
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 const GCS_SERVER: &str = "/usr/local/lib/python3.11/dist-packages/ray/core/src/ray/gcs/gcs_server";
@@ -226,11 +235,11 @@ fn wait_for_process(job: u32, node: &str, prefix: &str, limit: Duration) -> i32 
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_head_whose_ray_dies_before_ready_steps_down_and_the_next_node_heads_all_three() {
     let image = image();
-    let dir = workdir(USER_A, "head-steps-down");
+    let dir = workdir(user_a(), "head-steps-down");
     let script = format!(
         "#!/bin/bash\necho READY $SYNDEO_HEAD $SYNDEO_NODES\nsrun --syndeo -N1 -n1 python3 -c '{COUNT_ALIVE}'\n"
     );
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], &script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], &script);
     // The head's GCS is starting, so the cluster is not ready yet: end the
     // head's container (its launcher, by PID).
     wait_for_process(job.id, "node1", GCS_SERVER, Duration::from_secs(120));
@@ -249,7 +258,7 @@ fn a_head_whose_ray_dies_before_ready_steps_down_and_the_next_node_heads_all_thr
         "{}",
         notices[0]
     );
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 /// The name of the salloc jobs below, so that they are found and no other.
@@ -278,11 +287,11 @@ fn salloc_counting_from_node3(dir: &std::path::Path, image: &str) -> (Job, std::
             "-c",
             COUNT_ALIVE,
         ];
-        text(&as_user(USER_A, &d, &argv))
+        text(&as_user(user_a(), &d, &argv))
     });
     let t = std::time::Instant::now();
     let id = loop {
-        let o = run(&["squeue", "-h", "-u", USER_A, "-n", SALLOC_NAME, "-o", "%i"]);
+        let o = run(&["squeue", "-h", "-u", user_a(), "-n", SALLOC_NAME, "-o", "%i"]);
         if let Some(id) = text(&o).lines().next().and_then(|l| l.trim().parse().ok()) {
             break id;
         }
@@ -296,7 +305,7 @@ fn salloc_counting_from_node3(dir: &std::path::Path, image: &str) -> (Job, std::
 #[ignore = "needs the minicluster (tests/run)"]
 fn the_heads_agent_killed_for_good_before_ready_leaves_the_next_node_heading_the_rest_or_fails_below_min_nodes() {
     let image = image();
-    let dir = workdir(USER_A, "head-lost");
+    let dir = workdir(user_a(), "head-lost");
     for (min_nodes, expect) in [("2", "ALIVE 2"), ("0", "only 2 of the job's 3 nodes are left and the cluster needs 3 (min_nodes): node1: its agent stopped answering")] {
         let _min = ConfigOverride::set("min_nodes", min_nodes);
         let (job, salloc) = salloc_counting_from_node3(&dir, &image);
@@ -305,7 +314,7 @@ fn the_heads_agent_killed_for_good_before_ready_leaves_the_next_node_heading_the
         let out = salloc.join().unwrap();
         assert!(out.contains(expect), "min_nodes {min_nodes}: {out}");
         job.wait(Duration::from_secs(180));
-        assert_clean(&job, USER_A);
+        assert_clean(&job, user_a());
     }
 }
 
@@ -334,14 +343,14 @@ print("ALIVE", len({x["NodeManagerAddress"] for x in n}), "OF", len(n))"#;
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_killed_agent_is_restarted_and_rejoins_so_the_batch_script_on_its_node_still_gets_the_cluster() {
     let image = image();
-    let dir = workdir(USER_A, "agent-restart");
+    let dir = workdir(user_a(), "agent-restart");
     let script = format!(
         "#!/bin/bash\necho READY $SYNDEO_HEAD $SYNDEO_NODES\n\
          srun --syndeo -N1 -n1 -w node1 python3 -c '{COUNT_ALIVE}'\n\
          echo WAITING\nfor i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done\n\
          srun --syndeo -N1 -n1 -w node1 python3 -c '{ALL_ALIVE}'\n"
     );
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], &script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], &script);
     let _cancel = CancelOnDrop(vec![job.id]);
     wait_for_process(job.id, "node1", GCS_SERVER, Duration::from_secs(120));
     run(&["kill", "-KILL", &agent_pid(job.id, "node1").expect("the agent on node1").to_string()]);
@@ -350,7 +359,7 @@ fn a_killed_agent_is_restarted_and_rejoins_so_the_batch_script_on_its_node_still
     job.wait_line("WAITING", Duration::from_secs(120));
     run(&["kill", "-KILL", &agent_pid(job.id, "node3").expect("the agent on node3").to_string()]);
     job.wait_stderr("node agent on node3", Duration::from_secs(120));
-    write_file(USER_A, &dir.join("go"), "");
+    write_file(user_a(), &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     let out = job.stdout();
     let alive: Vec<&str> = out.lines().filter(|l| l.starts_with("ALIVE")).collect();
@@ -365,7 +374,7 @@ fn a_killed_agent_is_restarted_and_rejoins_so_the_batch_script_on_its_node_still
         assert_eq!(*line, want, "{err}");
     }
     assert!(err.contains("syndeo: the Ray head on node1 dropped out before the cluster was ready"), "{err}");
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 /// Makes a node's runtime base (/run/syndeo, its own tmpfs) read-only; puts
@@ -391,10 +400,10 @@ impl Drop for ReadOnlyBase {
 #[ignore = "needs the minicluster (tests/run)"]
 fn an_unwritable_runtime_base_drains_only_that_node_with_a_reason_that_names_it() {
     let image = image();
-    let dir = workdir(USER_A, "readonly-base");
+    let dir = workdir(user_a(), "readonly-base");
     {
         let _ro = ReadOnlyBase::new("node3");
-        let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
         let _cancel = CancelOnDrop(vec![job.id]);
         let t = std::time::Instant::now();
         let reason = loop {
@@ -424,9 +433,9 @@ fn an_unwritable_runtime_base_drains_only_that_node_with_a_reason_that_names_it(
     assert!(drained_nodes().is_empty(), "{:?}", drained_nodes());
     // The node serves syndeo jobs again once its base is fixed and it is resumed.
     let job =
-        sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN $SYNDEO_NODES\n");
+        sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN $SYNDEO_NODES\n");
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("SCRIPT RAN node1,node2,node3"), "{}", job.output());
-    let left = leftovers(job.id, USER_A);
+    let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
 }

@@ -36,14 +36,14 @@ for label, env in (("B_TOKEN", {}), ("NO_TOKEN", {"RAY_AUTH_TOKEN": None})):
 #[ignore = "needs the minicluster (tests/run)"]
 fn two_users_on_the_same_nodes_share_nothing_and_cannot_reach_each_other() {
     let image = image();
-    let dir_a = workdir(USER_A, "tenant-a");
-    let a = sbatch(USER_A, &dir_a, &["-N3", &format!("--syndeo={image}")], HOLDING_SCRIPT);
+    let dir_a = workdir(user_a(), "tenant-a");
+    let a = sbatch(user_a(), &dir_a, &["-N3", &format!("--syndeo={image}")], HOLDING_SCRIPT);
     let addr_a = a.wait_line("ADDR=", Duration::from_secs(300));
     let token_a = a.wait_line("TOKEN=", Duration::from_secs(10));
     assert!(token_a.len() >= 32, "A's job has no Ray token: {}", a.output());
 
-    let dir_b = workdir(USER_B, "tenant-b");
-    write_file(USER_B, &dir_b.join("intruder.py"), INTRUDER);
+    let dir_b = workdir(user_b(), "tenant-b");
+    write_file(user_b(), &dir_b.join("intruder.py"), INTRUDER);
     let script_b = format!(
         r#"#!/bin/bash
 echo "ADDR=$RAY_ADDRESS"
@@ -54,19 +54,22 @@ srun --syndeo -N1 -n1 timeout 150 python3 intruder.py {addr_a}
 "#,
         id = a.id
     );
-    let b = sbatch(USER_B, &dir_b, &["-N3", &format!("--syndeo={image}")], &script_b);
+    let b = sbatch(user_b(), &dir_b, &["-N3", &format!("--syndeo={image}")], &script_b);
     let state_b = b.wait(Duration::from_secs(400));
     let out_b = b.output();
 
     // While A's cluster runs: its processes, and no secret on any command line.
     let procs = marked_processes(a.id);
     let cmdlines = all_cmdlines();
-    write_file(USER_A, &dir_a.join("release"), "");
+    write_file(user_a(), &dir_a.join("release"), "");
     let state_a = a.wait(Duration::from_secs(300));
 
     assert_eq!(state_b, "COMPLETED", "{out_b}");
     let addr_b = b.stdout().lines().find_map(|l| l.strip_prefix("ADDR=").map(str::to_string)).unwrap_or_default();
-    assert!(addr_b.starts_with("10.213.7.") && addr_b != addr_a, "B's cluster must be its own: A {addr_a}, B {addr_b}");
+    assert!(
+        addr_b.starts_with(&format!("{}.", bridge_prefix())) && addr_b != addr_a,
+        "B's cluster must be its own: A {addr_a}, B {addr_b}"
+    );
     assert!(!out_b.contains("READABLE"), "B could read A's files: {out_b}");
     assert_eq!(out_b.matches("DENIED").count(), 5, "{out_b}");
     assert!(out_b.contains("B_TOKEN REFUSED"), "B joined A's cluster with its own token: {out_b}");
@@ -80,7 +83,7 @@ srun --syndeo -N1 -n1 timeout 150 python3 intruder.py {addr_a}
     let leaked: Vec<&(i32, String)> = cmdlines.iter().filter(|(_, c)| c.contains(&token_a)).collect();
     assert!(leaked.is_empty(), "A's Ray token is on a command line: {leaked:?}");
 
-    let (uid_a, groups_a) = user_ids(USER_A);
+    let (uid_a, groups_a) = user_ids(user_a());
     assert!(procs.len() >= 6, "expected agent, runtime and Ray processes on 3 nodes, found {procs:?}");
     for pid in procs {
         let what = proc_cmdline(pid);
@@ -93,11 +96,15 @@ srun --syndeo -N1 -n1 timeout 150 python3 intruder.py {addr_a}
         for g in groups.split_whitespace() {
             // Inside a user namespace unmapped groups show as the overflow gid.
             let g: u32 = g.parse().unwrap();
-            assert!(groups_a.contains(&g) || g == 65534, "{pid} {what}: group {g} is not {USER_A}'s ({groups_a:?})");
+            assert!(
+                groups_a.contains(&g) || g == 65534,
+                "{pid} {what}: group {g} is not {user_a}'s ({groups_a:?})",
+                user_a = user_a()
+            );
         }
     }
     for job in [a.id, b.id] {
-        let left = leftovers(job, if job == a.id { USER_A } else { USER_B });
+        let left = leftovers(job, if job == a.id { user_a() } else { user_b() });
         assert!(left.is_empty(), "job {job} left: {left:#?}");
     }
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
@@ -112,8 +119,8 @@ fn image_that_root_can_read_but_the_user_cannot_is_refused() {
     let on_nodes = format!("{}{private}", root_prefix());
     run(&["install", "-d", "-m", "0700", "-o", "root", &on_nodes]);
     run(&["ln", "-sfn", &image, &format!("{on_nodes}/ray")]);
-    let dir = workdir(USER_A, "private-image");
-    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={private}/ray")], SCRIPT_RAN);
+    let dir = workdir(user_a(), "private-image");
+    let job = sbatch(user_a(), &dir, &["-N1", &format!("--syndeo={private}/ray")], SCRIPT_RAN);
     job.assert_refused(Duration::from_secs(120), &format!("image {private}/ray is not readable by you"));
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
@@ -131,9 +138,11 @@ fn another_users_sandbox_and_damaged_sifs_each_fail_the_job_naming_the_image() {
     run(&["install", "-d", "-m", "0755", "-o", "root", &on_nodes]);
     let theirs = format!("{on_nodes}/b-sandbox");
     std::fs::create_dir_all(format!("{theirs}/usr/bin")).unwrap();
-    run(&["chown", "-R", &format!("{USER_B}:{USER_B}"), &theirs]);
-    let mut cases =
-        vec![(format!("{shared}/b-sandbox"), format!("image {shared}/b-sandbox belongs to another user ({USER_B})"))];
+    run(&["chown", "-R", &format!("{user_b}:{user_b}", user_b = user_b()), &theirs]);
+    let mut cases = vec![(
+        format!("{shared}/b-sandbox"),
+        format!("image {shared}/b-sandbox belongs to another user ({user_b})", user_b = user_b()),
+    )];
     if runtime() == "apptainer" {
         std::fs::write(format!("{on_nodes}/junk.sif"), "not an image\n".repeat(10)).unwrap();
         cases.push((format!("{shared}/junk.sif"), format!("image {shared}/junk.sif is neither a SIF file")));
@@ -144,10 +153,10 @@ fn another_users_sandbox_and_damaged_sifs_each_fail_the_job_naming_the_image() {
         cases.push((format!("{shared}/cut.sif"), format!("the container of image {shared}/cut.sif ended early")));
     }
     for (image, says) in cases {
-        let dir = workdir(USER_A, "bad-image");
-        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], SCRIPT_RAN);
+        let dir = workdir(user_a(), "bad-image");
+        let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], SCRIPT_RAN);
         job.assert_refused(Duration::from_secs(180), &says);
-        assert_clean(&job, USER_A);
+        assert_clean(&job, user_a());
     }
     let _ = std::fs::remove_dir_all(&on_nodes);
 }
@@ -155,11 +164,11 @@ fn another_users_sandbox_and_damaged_sifs_each_fail_the_job_naming_the_image() {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn shell_metacharacters_in_the_image_are_data_not_commands() {
-    let dir = workdir(USER_A, "metachar");
-    let canary = format!("/home/{USER_A}/syndeo-tests/PWNED");
+    let dir = workdir(user_a(), "metachar");
+    let canary = format!("/home/{user_a}/syndeo-tests/PWNED", user_a = user_a());
     let _ = std::fs::remove_file(&canary);
     let value = format!("/nonexistent/a;touch {canary};$(touch {canary})`touch {canary}`|x&");
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={value}")], "#!/bin/sh\necho SCRIPT RAN\n");
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={value}")], "#!/bin/sh\necho SCRIPT RAN\n");
     let state = job.wait(Duration::from_secs(120));
     let out = job.output();
     assert_ne!(state, "COMPLETED", "{out}");
@@ -171,11 +180,11 @@ fn shell_metacharacters_in_the_image_are_data_not_commands() {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn overlong_and_dotdot_images_are_refused_at_submit() {
-    let dir = workdir(USER_A, "hostile-submit");
-    write_file(USER_A, &dir.join("job.sh"), "#!/bin/sh\ntrue\n");
+    let dir = workdir(user_a(), "hostile-submit");
+    write_file(user_a(), &dir.join("job.sh"), "#!/bin/sh\ntrue\n");
     let long = format!("--syndeo=/{}", "a".repeat(5000));
     for (arg, says) in [(long.as_str(), "the limit is 4096"), ("--syndeo=/shared/../etc/shadow", "`..` component")] {
-        let o = as_user(USER_A, &dir, &["sbatch", "-N1", arg, "job.sh"]);
+        let o = as_user(user_a(), &dir, &["sbatch", "-N1", arg, "job.sh"]);
         assert!(!o.status.success(), "sbatch accepted {arg:.40}");
         assert!(text(&o).contains(says), "{}", text(&o));
     }
@@ -186,24 +195,24 @@ fn overlong_and_dotdot_images_are_refused_at_submit() {
 fn a_users_link_squatting_the_temp_base_is_moved_aside_not_followed() {
     let image = image();
     let node = "node1";
-    let trap = format!("/home/{USER_B}/trap");
+    let trap = format!("/home/{user_b}/trap", user_b = user_b());
     let _ = std::fs::remove_dir_all(&trap);
-    run(&["install", "-d", "-o", USER_B, "-g", USER_B, &trap]);
+    run(&["install", "-d", "-o", user_b(), "-g", user_b(), &trap]);
     // No job runs now: as B, plant a link where root makes its temp base.
     in_node(node, &["rm", "-rf", "/tmp/syndeo"]);
-    let o = in_node(node, &["runuser", "-u", USER_B, "--", "ln", "-s", &trap, "/tmp/syndeo"]);
+    let o = in_node(node, &["runuser", "-u", user_b(), "--", "ln", "-s", &trap, "/tmp/syndeo"]);
     assert!(o.status.success(), "{}", text(&o));
 
-    let dir = workdir(USER_A, "squat");
+    let dir = workdir(user_a(), "squat");
     let job = sbatch(
-        USER_A,
+        user_a(),
         &dir,
         &["-N1", "-w", node, &format!("--syndeo={image}")],
         "#!/bin/sh\necho CLUSTER=$RAY_ADDRESS\n",
     );
     let state = job.wait(Duration::from_secs(180));
     assert_eq!(state, "COMPLETED", "{}", job.output());
-    assert!(job.stdout().contains("CLUSTER=10.213.7."), "{}", job.output());
+    assert!(job.stdout().contains(&format!("CLUSTER={}.", bridge_prefix())), "{}", job.output());
     let planted: Vec<_> = std::fs::read_dir(&trap).unwrap().flatten().map(|e| e.path()).collect();
     assert!(planted.is_empty(), "root wrote through B's link: {planted:?}");
     let o = in_node(node, &["stat", "-c", "%U %F", "/tmp/syndeo"]);
@@ -279,7 +288,7 @@ except Exception as e:
 "#;
     let mut argv = vec!["python3", "-c", GET, url];
     argv.extend(token);
-    text(&as_user(USER_B, Path::new("/tmp"), &argv)).trim().to_string()
+    text(&as_user(user_b(), Path::new("/tmp"), &argv)).trim().to_string()
 }
 
 /// The Ray client server's address of `job`'s head on node1 (Ray starts it
@@ -304,16 +313,18 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
 ) {
     let image = image_with_ray_default();
     let _dashboard = ConfigOverride::set("dashboard", "true");
-    let (dir_a, dir_b) = (workdir(USER_A, "dashboard-a"), workdir(USER_B, "dashboard-b"));
-    let a = sbatch(USER_A, &dir_a, &["-N2", &format!("--syndeo={image}")], DASHBOARD_HOLD);
-    let b = sbatch(USER_B, &dir_b, &["-N2", &format!("--syndeo={image}")], DASHBOARD_HOLD);
+    let (dir_a, dir_b) = (workdir(user_a(), "dashboard-a"), workdir(user_b(), "dashboard-b"));
+    let a = sbatch(user_a(), &dir_a, &["-N2", &format!("--syndeo={image}")], DASHBOARD_HOLD);
+    let b = sbatch(user_b(), &dir_b, &["-N2", &format!("--syndeo={image}")], DASHBOARD_HOLD);
     let _cancel = CancelOnDrop(vec![a.id, b.id]);
     let url_a = a.wait_line("DASHBOARD=", Duration::from_secs(300));
     let url_b = b.wait_line("DASHBOARD=", Duration::from_secs(300));
     let token_a = a.wait_line("TOKEN=", Duration::from_secs(10));
     let token_b = b.wait_line("TOKEN=", Duration::from_secs(10));
     assert!(
-        url_a.starts_with("http://10.213.7.") && url_b.starts_with("http://10.213.7.") && url_a != url_b,
+        url_a.starts_with(&format!("http://{}.", bridge_prefix()))
+            && url_b.starts_with(&format!("http://{}.", bridge_prefix()))
+            && url_a != url_b,
         "{url_a} {url_b}"
     );
     let (client_a, client_b) = (client_server_address(a.id), client_server_address(b.id));
@@ -334,8 +345,8 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
     assert_eq!(dashboard_status(&url_a, Some(&token_a)), "200", "A's own token (the dashboard is up)");
 
     // A's client server: B's driver, in B's job with B's token, cannot join; A's can.
-    write_file(USER_B, &dir_b.join("client.py"), CLIENT);
-    write_file(USER_A, &dir_a.join("client.py"), CLIENT);
+    write_file(user_b(), &dir_b.join("client.py"), CLIENT);
+    write_file(user_a(), &dir_a.join("client.py"), CLIENT);
     let step = |user: &str, dir: &Path, job: u32| {
         let id = job.to_string();
         let argv = [
@@ -354,17 +365,17 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
         ];
         text(&as_user(user, dir, &argv))
     };
-    let by_b = step(USER_B, &dir_b, b.id);
+    let by_b = step(user_b(), &dir_b, b.id);
     // The control: A's own driver joins. Ray's client proxy now and then
     // aborts a first connection while it starts the per-client server; the
     // control may try three times (B's refusal above is a timeout, not that).
-    let by_a = (0..3).map(|_| step(USER_A, &dir_a, a.id)).find(|o| o.contains("CLIENT JOINED")).unwrap_or_default();
+    let by_a = (0..3).map(|_| step(user_a(), &dir_a, a.id)).find(|o| o.contains("CLIENT JOINED")).unwrap_or_default();
     assert!(by_b.contains("CLIENT REFUSED") && !by_b.contains("CLIENT JOINED"), "{by_b}");
     assert!(by_a.contains("CLIENT JOINED 2"), "A's own client must work: {by_a}");
 
     // A's agent: B calls its mesh for A's job, as plain gRPC and over TLS
     // without the job's certificate.
-    write_file(USER_B, &dir_b.join("mesh.py"), MESH_INTRUDER);
+    write_file(user_b(), &dir_b.join("mesh.py"), MESH_INTRUDER);
     let (mesh_a, id_a, id_b) = (mesh_address(a.id, "node1"), a.id.to_string(), b.id.to_string());
     let argv = [
         "srun",
@@ -381,7 +392,7 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
         &mesh_a,
         &id_a,
     ];
-    let mesh_by_b = text(&as_user(USER_B, &dir_b, &argv));
+    let mesh_by_b = text(&as_user(user_b(), &dir_b, &argv));
     assert!(mesh_by_b.contains("MESH PLAIN UNAVAILABLE"), "{mesh_by_b}");
     assert!(mesh_by_b.contains("MESH TLS REFUSED") || mesh_by_b.contains("MESH TLS CLOSED"), "{mesh_by_b}");
     assert!(!mesh_by_b.contains("ANSWERED"), "{mesh_by_b}");
@@ -391,9 +402,9 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
         "A's agent did not log the refusal"
     );
 
-    write_file(USER_A, &dir_a.join("release"), "");
-    write_file(USER_B, &dir_b.join("release"), "");
-    for (job, user) in [(&a, USER_A), (&b, USER_B)] {
+    write_file(user_a(), &dir_a.join("release"), "");
+    write_file(user_b(), &dir_b.join("release"), "");
+    for (job, user) in [(&a, user_a()), (&b, user_b())] {
         assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
         let left = leftovers(job.id, user);
         assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
@@ -404,10 +415,10 @@ fn with_the_dashboard_and_client_server_on_two_users_jobs_share_no_port_and_neit
 #[ignore = "needs the minicluster (tests/run)"]
 fn an_image_outside_the_sites_allowed_dirs_fails_the_job_naming_them_and_drains_nothing() {
     let image = image();
-    let dir = workdir(USER_A, "allow-list");
+    let dir = workdir(user_a(), "allow-list");
     let job = {
         let _only = ConfigOverride::set("allowed_image_dirs", "[\"/srv/syndeo-images\"]");
-        let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
         job.wait(Duration::from_secs(180));
         job
     };
@@ -418,6 +429,6 @@ fn an_image_outside_the_sites_allowed_dirs_fails_the_job_naming_them_and_drains_
         "{out}"
     );
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
-    let left = leftovers(job.id, USER_A);
+    let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
 }

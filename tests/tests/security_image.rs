@@ -90,12 +90,12 @@ fn wait_for_sleepers(duration: &str, n: usize, limit: Duration) -> Vec<i32> {
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_ray_task_that_double_forks_calls_setsid_clears_its_environment_and_stops_its_launcher_ends_with_the_job() {
     let image = image();
-    let dir = workdir(USER_A, "escape");
+    let dir = workdir(user_a(), "escape");
     // 86400.NNNNNN seconds: a command line of its own for this run.
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_micros();
     let duration = format!("86400.{nonce:06}");
-    write_file(USER_A, &dir.join("escape.py"), &ESCAPE.replace("DURATION", &duration));
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], HOLD_UNTIL_RELEASED);
+    write_file(user_a(), &dir.join("escape.py"), &ESCAPE.replace("DURATION", &duration));
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], HOLD_UNTIL_RELEASED);
     let _cancel = CancelOnDrop(vec![job.id]);
     let escaped = job.wait_lines("ESCAPED ", 2, Duration::from_secs(300));
     assert_eq!(escaped.iter().filter(|l| l.ends_with("launcher-stopped")).count(), 1, "{}", job.output());
@@ -104,7 +104,7 @@ fn a_ray_task_that_double_forks_calls_setsid_clears_its_environment_and_stops_it
     // with nothing of the job's in their environment.
     let escapees = wait_for_sleepers(&duration, 2, Duration::from_secs(30));
     assert_eq!(escapees.len(), 2, "escapees {escapees:?}: {}", job.output());
-    let (uid, _) = user_ids(USER_A);
+    let (uid, _) = user_ids(user_a());
     let supervisors: Vec<i32> = nodes().iter().filter_map(|n| supervisor_pid(job.id, n)).collect();
     assert_eq!(supervisors.len(), 2, "the job's supervisors: {supervisors:?}");
     for &p in &escapees {
@@ -115,14 +115,14 @@ fn a_ray_task_that_double_forks_calls_setsid_clears_its_environment_and_stops_it
         assert!(env.is_empty(), "escapee {p} kept an environment: {}", String::from_utf8_lossy(&env));
     }
 
-    write_file(USER_A, &dir.join("release"), "");
+    write_file(user_a(), &dir.join("release"), "");
     assert_eq!(job.wait(Duration::from_secs(240)), "COMPLETED", "{}", job.output());
     // SIGKILLed processes of a namespace whose first process died are gone
     // at once; a moment's grace for the kernel to finish.
     let left = wait_until_gone(&duration, Duration::from_secs(5));
     let mode = if cgroup_mode() { "with Slurm's cgroup plugins" } else { "without cgroups (--no-cgroups)" };
     assert!(left.is_empty(), "{mode}: escapees {left:?} outlived job {}: {}", job.id, job.output());
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 /// Waits up to `limit` until no escapee runs; returns those still there.
@@ -197,13 +197,13 @@ fn legacy_tiocsti() -> bool {
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_process_in_the_image_cannot_queue_input_for_the_users_shell_on_its_terminal_with_tiocsti() {
     let image = image();
-    let dir = workdir(USER_A, "tiocsti");
-    write_file(USER_A, &dir.join("tiocsti.py"), TIOCSTI_PROBE);
-    write_file(USER_A, &dir.join("host_shell.sh"), HOST_SHELL);
-    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={image}")], ON_A_TERMINAL);
+    let dir = workdir(user_a(), "tiocsti");
+    write_file(user_a(), &dir.join("tiocsti.py"), TIOCSTI_PROBE);
+    write_file(user_a(), &dir.join("host_shell.sh"), HOST_SHELL);
+    let job = sbatch(user_a(), &dir, &["-N1", &format!("--syndeo={image}")], ON_A_TERMINAL);
     let _cancel = CancelOnDrop(vec![job.id]);
     assert_eq!(job.wait(Duration::from_secs(240)), "COMPLETED", "{}", job.output());
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
     // The probes' lines, then what the terminal showed (errors included).
     let file = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
     let results = format!("{}--- the terminal ---\n{}", file("results"), file("terminal.out"));

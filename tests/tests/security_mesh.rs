@@ -24,14 +24,14 @@ print("HOSTS", ",".join(sorted(hosts)))
 
 fn a_job_on_three_nodes(name: &str) -> Job {
     let image = image();
-    let dir = workdir(USER_A, name);
-    sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], DRIVER)
+    let dir = workdir(user_a(), name);
+    sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], DRIVER)
 }
 
 fn assert_a_worked(a: &Job) {
     assert_eq!(a.wait(Duration::from_secs(300)), "COMPLETED", "{}", a.output());
     assert!(a.stdout().contains("HOSTS node1,node2,node3"), "{}", a.output());
-    let left = leftovers(a.id, USER_A);
+    let left = leftovers(a.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", a.id);
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
@@ -45,11 +45,11 @@ fn assert_a_worked(a: &Job) {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn squatting_every_predictable_port_on_the_head_and_a_worker_captures_nothing_and_the_cluster_forms() {
-    let dir_b = workdir(USER_B, "squatter");
-    attack_script(USER_B, &dir_b, "squat.py");
+    let dir_b = workdir(user_b(), "squatter");
+    attack_script(user_b(), &dir_b, "squat.py");
     let script =
         "#!/bin/bash\nsrun -N2 --ntasks-per-node=1 -w node1,node2 bash -c 'python3 squat.py $(hostname -i) 600'\n";
-    let b = sbatch(USER_B, &dir_b, &["-N2", "-w", "node1,node2"], script);
+    let b = sbatch(user_b(), &dir_b, &["-N2", "-w", "node1,node2"], script);
     let _cancel = CancelOnDrop(vec![b.id]);
     let squatting = b.wait_lines("SQUATTING ", 2, Duration::from_secs(120));
     for n in &squatting {
@@ -79,15 +79,15 @@ fn squatting_every_predictable_port_on_the_head_and_a_worker_captures_nothing_an
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_port_thief_watching_ps_and_released_ports_on_every_node_gets_no_call_and_the_cluster_forms() {
-    let dir_b = workdir(USER_B, "thief");
-    attack_script(USER_B, &dir_b, "port_thief.py");
+    let dir_b = workdir(user_b(), "thief");
+    attack_script(user_b(), &dir_b, "port_thief.py");
     let script = "#!/bin/bash\nsrun -N3 --ntasks-per-node=1 bash -c 'python3 port_thief.py $(hostname -i) 900'\n";
-    let b = sbatch(USER_B, &dir_b, &["-N3"], script);
+    let b = sbatch(user_b(), &dir_b, &["-N3"], script);
     let _cancel = CancelOnDrop(vec![b.id]);
     b.wait_lines("THIEF READY", 3, Duration::from_secs(120));
 
-    let dir_a = workdir(USER_A, "robbed");
-    let a = sbatch(USER_A, &dir_a, &["-N3", &format!("--syndeo={}", image_with_ray_default())], DRIVER);
+    let dir_a = workdir(user_a(), "robbed");
+    let a = sbatch(user_a(), &dir_a, &["-N3", &format!("--syndeo={}", image_with_ray_default())], DRIVER);
     let state = a.wait(Duration::from_secs(300));
     run(&["scancel", "--signal=TERM", &b.id.to_string()]);
     let accepted = b.wait_lines("ACCEPTED ", 3, Duration::from_secs(60));
@@ -114,17 +114,20 @@ fn a_port_thief_watching_ps_and_released_ports_on_every_node_gets_no_call_and_th
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_flood_on_the_heads_mesh_ports_from_another_users_jobs_fails_nothing_of_the_job() {
-    let dir_b = workdir(USER_B, "flooder");
-    attack_script(USER_B, &dir_b, "flood.py");
-    let script = "#!/bin/bash\necho FLOODING\nsrun -N2 --ntasks-per-node=1 -w node2,node3 python3 flood.py 10.213.7.11 180 600-999\n";
-    let b = sbatch(USER_B, &dir_b, &["-N2", "-w", "node2,node3"], script);
+    let dir_b = workdir(user_b(), "flooder");
+    attack_script(user_b(), &dir_b, "flood.py");
+    let script = format!(
+        "#!/bin/bash\necho FLOODING\nsrun -N2 --ntasks-per-node=1 -w node2,node3 python3 flood.py {} 180 600-999\n",
+        node_addr("node1")
+    );
+    let b = sbatch(user_b(), &dir_b, &["-N2", "-w", "node2,node3"], &script);
     let _cancel = CancelOnDrop(vec![b.id]);
     b.wait_line("FLOODING", Duration::from_secs(120));
     std::thread::sleep(Duration::from_secs(3));
 
     let a = a_job_on_three_nodes("flooded");
     let state = a.wait(Duration::from_secs(300));
-    let kept = format!("/home/{USER_A}/syndeo-tests/flooded/syndeo-{}/node1/agent.log", a.id);
+    let kept = format!("/home/{user_a}/syndeo-tests/flooded/syndeo-{}/node1/agent.log", a.id, user_a = user_a());
     let log = std::fs::read_to_string(&kept).unwrap_or_else(|e| format!("({kept}: {e})"));
     run(&["scancel", &b.id.to_string()]);
     b.wait(Duration::from_secs(120));
@@ -145,20 +148,20 @@ fn a_flood_on_the_heads_mesh_ports_from_another_users_jobs_fails_nothing_of_the_
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_recorded_mesh_exchange_holds_no_secret_and_replayed_later_is_refused() {
-    let capture_file = "/run/syndeo-minicluster/mesh-capture.jsonl";
-    let _ = std::fs::remove_file(capture_file);
+    let capture_file = format!("{}/mesh-capture.jsonl", mc_state_dir());
+    let _ = std::fs::remove_file(&capture_file);
     let capture = repo().join("tests/attacks/capture.py");
     let recorder = std::process::Command::new("python3")
-        .args([capture.to_str().unwrap(), "syn-node1", "40", "600-999", capture_file])
+        .args([capture.to_str().unwrap(), &format!("syn-{}", node_netns("node1")), "40", "600-999", &capture_file])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("the recorder");
     std::thread::sleep(Duration::from_secs(1));
     let image = image();
-    let dir_a = workdir(USER_A, "recorded");
+    let dir_a = workdir(user_a(), "recorded");
     let hold = "#!/bin/bash\necho \"TOKEN=$RAY_AUTH_TOKEN\"\nfor i in $(seq 1200); do [ -e release ] && break; sleep 0.25; done\n\
                 srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print(\"ALIVE\", len([n for n in ray.nodes() if n[\"Alive\"]]))'\n";
-    let a = sbatch(USER_A, &dir_a, &["-N3", &format!("--syndeo={image}")], hold);
+    let a = sbatch(user_a(), &dir_a, &["-N3", &format!("--syndeo={image}")], hold);
     let _cancel = CancelOnDrop(vec![a.id]);
     let token = a.wait_line("TOKEN=", Duration::from_secs(300));
     let secret = job_secret(a.id, "node1");
@@ -166,7 +169,7 @@ fn a_recorded_mesh_exchange_holds_no_secret_and_replayed_later_is_refused() {
     let recorded = recorder.wait_with_output().expect("the recorder ends");
     assert!(String::from_utf8_lossy(&recorded.stdout).contains("CAPTURED"), "the recorder failed");
 
-    let lines = std::fs::read_to_string(capture_file).unwrap();
+    let lines = std::fs::read_to_string(&capture_file).unwrap();
     let conns: Vec<(String, String)> = lines
         .lines()
         .filter_map(|l| {
@@ -184,18 +187,22 @@ fn a_recorded_mesh_exchange_holds_no_secret_and_replayed_later_is_refused() {
     }
 
     let longest = conns.iter().max_by_key(|(_, b)| b.len()).unwrap().1.clone();
-    let dir_b = workdir(USER_B, "replayer");
-    attack_script(USER_B, &dir_b, "replay.py");
-    let b =
-        sbatch(USER_B, &dir_b, &["-N1", "-w", "node2"], &format!("#!/bin/bash\npython3 replay.py {mesh} {longest}\n"));
+    let dir_b = workdir(user_b(), "replayer");
+    attack_script(user_b(), &dir_b, "replay.py");
+    let b = sbatch(
+        user_b(),
+        &dir_b,
+        &["-N1", "-w", "node2"],
+        &format!("#!/bin/bash\npython3 replay.py {mesh} {longest}\n"),
+    );
     assert_eq!(b.wait(Duration::from_secs(120)), "COMPLETED", "{}", b.output());
     assert!(b.stdout().contains("REPLAY_CLOSED yes"), "{}", b.output());
     let log = text(&in_node("node1", &["cat", &format!("/run/syndeo/{}/agent.log", a.id)]));
     assert!(log.contains("refused a connection that did not prove it is this job's agent"), "{log}");
 
-    write_file(USER_A, &dir_a.join("release"), "");
+    write_file(user_a(), &dir_a.join("release"), "");
     assert_eq!(a.wait(Duration::from_secs(180)), "COMPLETED", "{}", a.output());
     assert!(a.stdout().contains("ALIVE 3"), "A's cluster did not survive the replay: {}", a.output());
-    let left = leftovers(a.id, USER_A);
+    let left = leftovers(a.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", a.id);
 }

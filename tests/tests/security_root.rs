@@ -16,6 +16,7 @@ fn sbatch_with_env(user: &str, dir: &Path, var: (&str, &str), script: &str) -> s
         .args(["exec", "--user", user, "--cwd", dir.to_str().unwrap(), "--"])
         .args(["sbatch", "--parsable", "-N1", "-o", "job.out", "-e", "job.err", "job.sh"])
         .env_clear()
+        .env("SYNDEO_MINICLUSTER", instance().to_string())
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("HOME", format!("/home/{user}"))
         .env(var.0, var.1)
@@ -32,12 +33,12 @@ fn sbatch_with_env(user: &str, dir: &Path, var: (&str, &str), script: &str) -> s
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn an_image_value_set_by_hand_in_the_environment_fails_that_job_with_a_syndeo_message_and_drains_nothing() {
-    let dir = workdir(USER_A, "spank-env");
+    let dir = workdir(user_a(), "spank-env");
     for (value, says) in
         [("-rf", "not an absolute path"), ("images/ray", "not an absolute path"), ("/a/../etc", "`..` component")]
     {
         let o = sbatch_with_env(
-            USER_A,
+            user_a(),
             &dir,
             ("SLURM_SPANK__SLURM_SPANK_OPTION_syndeo_syndeo", value),
             "#!/bin/sh\necho SCRIPT RAN\n",
@@ -67,8 +68,8 @@ fn an_image_value_set_by_hand_in_the_environment_fails_that_job_with_a_syndeo_me
 #[ignore = "needs the minicluster (tests/run)"]
 fn hostile_files_in_the_job_directory_are_not_read_as_the_note_and_an_endless_socket_fails_the_step() {
     let image = image();
-    let dir = workdir(USER_A, "hostile-files");
-    attack_script(USER_A, &dir, "evil_socket.py");
+    let dir = workdir(user_a(), "hostile-files");
+    attack_script(user_a(), &dir, "evil_socket.py");
     let script = r#"#!/bin/bash
 note=$SYNDEO_JOB_DIR/failed
 mkfifo $note
@@ -84,7 +85,7 @@ timeout 60 srun -N1 -n1 -w node1 true; echo "EVIL_STEP=$?"
 kill %1
 srun -N1 -n1 -w node2 sh -c 'echo FINE_ON=$(hostname)'
 "#;
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], script);
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let (out, err) = (job.stdout(), job.stderr());
     let code =
@@ -108,10 +109,10 @@ srun -N1 -n1 -w node2 sh -c 'echo FINE_ON=$(hostname)'
 #[ignore = "needs the minicluster (tests/run)"]
 fn the_state_a_restarted_agent_reads_cannot_be_changed_by_the_user_and_the_image_is_pinned() {
     let image = image();
-    let dir = workdir(USER_A, "pinned");
+    let dir = workdir(user_a(), "pinned");
     let link = dir.join("img");
     std::os::unix::fs::symlink(&image, &link).unwrap();
-    run(&["chown", "-h", &format!("{USER_A}:{USER_A}"), link.to_str().unwrap()]);
+    run(&["chown", "-h", &format!("{user_a}:{user_a}", user_a = user_a()), link.to_str().unwrap()]);
     let script = r#"#!/bin/bash
 echo READY
 test -e $SYNDEO_JOB_DIR/job.json || echo NO_SPEC_IN_JOB_DIR
@@ -126,7 +127,7 @@ done
 for i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done
 srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}))'
 "#;
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={}", link.display())], script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={}", link.display())], script);
     let _cancel = CancelOnDrop(vec![job.id]);
     job.wait_line("READY", Duration::from_secs(300));
     std::thread::sleep(Duration::from_secs(2));
@@ -137,7 +138,7 @@ srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n[
     job.wait_stderr("rejoined the cluster", Duration::from_secs(120));
     let restarted = agent_pid(job.id, "node2").expect("a restarted agent");
     let argv = proc_cmdline(restarted);
-    write_file(USER_A, &dir.join("go"), "");
+    write_file(user_a(), &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     let out = job.stdout();
     assert!(out.contains("NO_SPEC_IN_JOB_DIR"), "{}", job.output());
@@ -154,21 +155,21 @@ srun --syndeo -N1 -n1 python3 -c 'import ray; ray.init(); print("ALIVE", len({n[
 #[ignore = "needs the minicluster (tests/run)"]
 fn the_jobs_user_cannot_stop_or_kill_the_root_side_from_another_job() {
     let image = image();
-    let dir = workdir(USER_A, "killer");
-    attack_script(USER_A, &dir, "killer.py");
-    let killer = sbatch(USER_A, &dir, &["-N1", "-w", "node1", "--mem=200M"], "#!/bin/bash\npython3 killer.py 150\n");
+    let dir = workdir(user_a(), "killer");
+    attack_script(user_a(), &dir, "killer.py");
+    let killer = sbatch(user_a(), &dir, &["-N1", "-w", "node1", "--mem=200M"], "#!/bin/bash\npython3 killer.py 150\n");
     let _cancel = CancelOnDrop(vec![killer.id]);
     killer.wait_running(Duration::from_secs(60));
     for i in 0..3 {
-        let d = workdir(USER_A, &format!("killed-{i}"));
+        let d = workdir(user_a(), &format!("killed-{i}"));
         let job = sbatch(
-            USER_A,
+            user_a(),
             &d,
             &["-N1", "-w", "node1", &format!("--syndeo={image}")],
             "#!/bin/sh\necho CLUSTER=$RAY_ADDRESS\n",
         );
         assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
-        assert!(job.stdout().contains("CLUSTER=10.213.7."), "{}", job.output());
+        assert!(job.stdout().contains(&format!("CLUSTER={}.", bridge_prefix())), "{}", job.output());
     }
     assert_eq!(killer.wait(Duration::from_secs(240)), "COMPLETED", "{}", killer.output());
     let attempts: u32 = killer.lines("KILL_ATTEMPTS ").first().and_then(|n| n.parse().ok()).unwrap_or(0);
@@ -188,14 +189,14 @@ fn the_jobs_user_cannot_stop_or_kill_the_root_side_from_another_job() {
 #[ignore = "needs the minicluster (tests/run)"]
 fn squatting_the_temp_and_shm_bases_in_a_loop_cannot_make_a_prolog_fail() {
     let image = image();
-    let trap = format!("/home/{USER_B}/trap");
+    let trap = format!("/home/{user_b}/trap", user_b = user_b());
     let _ = std::fs::remove_dir_all(&trap);
-    run(&["install", "-d", "-o", USER_B, "-g", USER_B, &trap]);
+    run(&["install", "-d", "-o", user_b(), "-g", user_b(), &trap]);
     in_node("node1", &["rm", "-rf", "/tmp/syndeo"]);
-    let dir_b = workdir(USER_B, "base-squatter");
-    attack_script(USER_B, &dir_b, "base_squatter.py");
+    let dir_b = workdir(user_b(), "base-squatter");
+    attack_script(user_b(), &dir_b, "base_squatter.py");
     let b = sbatch(
-        USER_B,
+        user_b(),
         &dir_b,
         &["-N1", "-w", "node1", "--mem=200M"],
         &format!("#!/bin/bash\npython3 base_squatter.py {trap} 60\n"),
@@ -203,16 +204,16 @@ fn squatting_the_temp_and_shm_bases_in_a_loop_cannot_make_a_prolog_fail() {
     let _cancel = CancelOnDrop(vec![b.id]);
     b.wait_running(Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(2));
-    let dir = workdir(USER_A, "squatted-bases");
+    let dir = workdir(user_a(), "squatted-bases");
     let job = sbatch(
-        USER_A,
+        user_a(),
         &dir,
         &["-N1", "-w", "node1", &format!("--syndeo={image}")],
         "#!/bin/sh\necho CLUSTER=$RAY_ADDRESS\n",
     );
     assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
     b.wait(Duration::from_secs(120));
-    assert!(job.stdout().contains("CLUSTER=10.213.7."), "{}", job.output());
+    assert!(job.stdout().contains(&format!("CLUSTER={}.", bridge_prefix())), "{}", job.output());
     assert!(b.lines("PLANTED ").first().is_some_and(|n| n != "0"), "the squatter planted nothing: {}", b.output());
     assert_eq!(b.lines("PLANTED_SHM ").first().map(String::as_str), Some("0"), "{}", b.output());
     let planted: Vec<_> = std::fs::read_dir(&trap).unwrap().flatten().map(|e| e.path()).collect();
@@ -233,9 +234,9 @@ fn a_site_key_others_can_read_is_a_node_fault_that_names_the_fix() {
     let image = image();
     let key = format!("{}/etc/syndeo/site.key", root_prefix());
     run(&["chmod", "0644", &key]);
-    let dir = workdir(USER_A, "site-key");
+    let dir = workdir(user_a(), "site-key");
     let job =
-        sbatch(USER_A, &dir, &["-N1", "-w", "node3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
+        sbatch(user_a(), &dir, &["-N1", "-w", "node3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
     let t = std::time::Instant::now();
     let mut reasons = String::new();
     while t.elapsed() < Duration::from_secs(120) && !reasons.contains("node3") {
@@ -258,9 +259,9 @@ fn a_site_key_others_can_read_is_a_node_fault_that_names_the_fix() {
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_requeued_job_gets_a_fresh_cluster_with_fresh_secrets() {
     let image = image();
-    let dir = workdir(USER_A, "requeue");
+    let dir = workdir(user_a(), "requeue");
     let script = "#!/bin/bash\necho \"RUN ${SLURM_RESTART_COUNT:-0} $RAY_ADDRESS $RAY_AUTH_TOKEN\"\nsleep 300\n";
-    let job = sbatch(USER_A, &dir, &["-N2", "--open-mode=append", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N2", "--open-mode=append", &format!("--syndeo={image}")], script);
     let _cancel = CancelOnDrop(vec![job.id]);
     job.wait_line("RUN 0 ", Duration::from_secs(300));
     let first_secret = job_secret(job.id, "node1");
@@ -275,7 +276,7 @@ fn a_requeued_job_gets_a_fresh_cluster_with_fresh_secrets() {
     assert_ne!(token(&first[0]), token(&second[1]), "the Ray token was reused");
     assert!(!first_secret.is_empty() && !second_secret.is_empty());
     assert_ne!(first_secret, second_secret, "the requeued run kept its mesh secret");
-    let left = leftovers(job.id, USER_A);
+    let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
 }
 
@@ -292,10 +293,10 @@ fn a_requeued_job_gets_a_fresh_cluster_with_fresh_secrets() {
 #[ignore = "needs the minicluster (tests/run)"]
 fn racing_the_names_root_creates_from_another_job_of_the_same_user_refuses_with_a_message_and_drains_no_node() {
     let image = image();
-    let dir = workdir(USER_A, "name-racer");
-    attack_script(USER_A, &dir, "name_racer.py");
+    let dir = workdir(user_a(), "name-racer");
+    attack_script(user_a(), &dir, "name_racer.py");
     let racer = sbatch(
-        USER_A,
+        user_a(),
         &dir,
         &["-N1", "-w", "node1", "--mem=200M"],
         "#!/bin/bash\npython3 name_racer.py $((SLURM_JOB_ID + 1)) 40 300\n",
@@ -306,19 +307,19 @@ fn racing_the_names_root_creates_from_another_job_of_the_same_user_refuses_with_
     {
         let _broken = ConfigOverride::set("startup_timeout", "\"soon\"");
         for i in 0..4 {
-            let d = workdir(USER_A, &format!("raced-refused-{i}"));
-            let job = sbatch(USER_A, &d, &["-N1", "-w", "node1", &format!("--syndeo={image}")], SCRIPT_RAN);
+            let d = workdir(user_a(), &format!("raced-refused-{i}"));
+            let job = sbatch(user_a(), &d, &["-N1", "-w", "node1", &format!("--syndeo={image}")], SCRIPT_RAN);
             job.assert_refused(Duration::from_secs(120), "syndeo's site configuration is invalid");
         }
     }
     for i in 0..2 {
-        let d = workdir(USER_A, &format!("raced-ran-{i}"));
+        let d = workdir(user_a(), &format!("raced-ran-{i}"));
         let script = "#!/bin/sh\necho CLUSTER=$RAY_ADDRESS\n";
-        let job = sbatch(USER_A, &d, &["-N1", "-w", "node1", &format!("--syndeo={image}")], script);
+        let job = sbatch(user_a(), &d, &["-N1", "-w", "node1", &format!("--syndeo={image}")], script);
         assert_eq!(job.wait(Duration::from_secs(180)), "COMPLETED", "{}", job.output());
-        assert!(job.stdout().contains("CLUSTER=10.213.7."), "{}", job.output());
+        assert!(job.stdout().contains(&format!("CLUSTER={}.", bridge_prefix())), "{}", job.output());
     }
-    write_file(USER_A, &dir.join("stop"), "");
+    write_file(user_a(), &dir.join("stop"), "");
     assert_eq!(racer.wait(Duration::from_secs(120)), "COMPLETED", "{}", racer.output());
     let planted = |what: &str| racer.lines(&format!("{what} ")).first().and_then(|n| n.parse::<u64>().ok());
     assert!(planted("PLANTED_FAILED").is_some_and(|n| n > 0), "the racer never planted: {}", racer.output());
@@ -335,7 +336,7 @@ fn racing_the_names_root_creates_from_another_job_of_the_same_user_refuses_with_
 #[ignore = "needs the minicluster (tests/run)"]
 fn the_log_copy_follows_no_link_and_reads_no_fifo_the_user_planted_and_the_epilog_ends_clean() {
     let image = image();
-    let dir = workdir(USER_A, "log-links");
+    let dir = workdir(user_a(), "log-links");
     let script = r#"#!/bin/bash
 echo SECRET_OF_A > secret.txt
 mkdir -p linked/logs && echo LINKED_SESSION > linked/logs/linked.out
@@ -347,7 +348,7 @@ mkfifo $logs/planted-fifo.out
 ln -s $PWD/linked $ray/session_planted
 echo PLANTED $logs
 "#;
-    let job = sbatch(USER_A, &dir, &["-N1", "-w", "node1", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N1", "-w", "node1", &format!("--syndeo={image}")], script);
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("PLANTED /tmp/syndeo/"), "{}", job.output());
     let kept = dir.join(format!("syndeo-{}/node1", job.id));
@@ -370,9 +371,9 @@ echo PLANTED $logs
 #[ignore = "needs the minicluster (tests/run)"]
 fn the_users_other_processes_can_neither_read_nor_take_the_descriptors_of_syndeos_agents() {
     let image = image();
-    let dir = workdir(USER_A, "fd-taker");
-    attack_script(USER_A, &dir, "fd_taker.py");
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/bash\npython3 fd_taker.py\n");
+    let dir = workdir(user_a(), "fd-taker");
+    attack_script(user_a(), &dir, "fd_taker.py");
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/bash\npython3 fd_taker.py\n");
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let agents: u32 = job.lines("AGENTS ").first().and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(agents >= 4, "expected a supervisor and an agent on each of 2 nodes: {}", job.output());
@@ -401,8 +402,8 @@ fn a_sandbox_image_with_a_directory_every_user_can_write_is_refused_naming_it() 
     }
     // A directory of the copy (cp -al links files, not directories).
     assert!(run(&["chmod", "0777", &format!("{open}{inside}")]).status.success());
-    let dir = workdir(USER_A, "open-image");
-    let job = sbatch(USER_A, &dir, &["-N1", &format!("--syndeo={open}")], SCRIPT_RAN);
+    let dir = workdir(user_a(), "open-image");
+    let job = sbatch(user_a(), &dir, &["-N1", &format!("--syndeo={open}")], SCRIPT_RAN);
     let out = job.assert_refused(Duration::from_secs(180), &format!("{inside} is writable by every user"));
     assert!(out.contains(&format!("image {open}")), "{out}");
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());

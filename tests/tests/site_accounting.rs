@@ -99,9 +99,9 @@ fn a_syndeo_jobs_ray_tasks_show_in_sacct_within_the_margin_of_the_same_work_in_a
     let image = image();
 
     // The reference: the same burn as a plain job's tasks, one per node.
-    let dir = workdir(USER_A, "acct-plain");
-    write_file(USER_A, &dir.join("burn.py"), &format!("{BURN}\nprint('BURNED', *burn({BURN_S}))\n"));
-    let plain = sbatch(USER_A, &dir, &["-N3"], "#!/bin/bash\nsrun -N3 -n3 python3 burn.py\n");
+    let dir = workdir(user_a(), "acct-plain");
+    write_file(user_a(), &dir.join("burn.py"), &format!("{BURN}\nprint('BURNED', *burn({BURN_S}))\n"));
+    let plain = sbatch(user_a(), &dir, &["-N3"], "#!/bin/bash\nsrun -N3 -n3 python3 burn.py\n");
     assert_eq!(plain.wait(Duration::from_secs(300)), "COMPLETED", "{}", plain.output());
     assert_eq!(plain.lines("BURNED ").len(), 3, "{}", plain.output());
 
@@ -147,7 +147,7 @@ fn a_syndeo_jobs_ray_tasks_show_in_sacct_within_the_margin_of_the_same_work_in_a
 /// A syndeo job on 3 nodes whose Ray tasks, one pinned to each node, burn
 /// `seconds` of CPU each: the job and the CPU seconds its tasks measured.
 fn syndeo_burn_job(image: &str, name: &str, seconds: f64) -> (Job, f64) {
-    let dir = workdir(USER_A, name);
+    let dir = workdir(user_a(), name);
     let driver = format!(
         r#"{BURN}
 import ray
@@ -159,11 +159,11 @@ for host, cpu in done:
     print("BURNED", host, cpu)
 "#
     );
-    write_file(USER_A, &dir.join("driver.py"), &driver);
+    write_file(user_a(), &dir.join("driver.py"), &driver);
     // The pause lets Slurm's accounting poll (JobAcctGatherFrequency=task=5)
     // see the extern step's usage before the job ends.
     let script = "#!/bin/bash\nsrun --syndeo -N1 -n1 python3 driver.py\nsleep 12\n";
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], script);
     assert_eq!(job.wait(Duration::from_secs(400)), "COMPLETED", "{}", job.output());
     let burned = job.lines("BURNED ").iter().filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).sum();
     (job, burned)

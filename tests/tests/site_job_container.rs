@@ -15,8 +15,8 @@ use syndeo_tests::*;
 mod cgroups_suite;
 #[path = "core.rs"]
 mod core_suite;
-#[path = "first_things.rs"]
-mod first_things_suite;
+#[path = "new_user.rs"]
+mod new_user_suite;
 
 /// job_container.conf's BasePath on the minicluster (Slurm appends the node).
 const JC_BASE: &str = "/var/spool/slurmd/job_container";
@@ -40,7 +40,7 @@ const HOLD_THEN: &str = "for i in $(seq 1200); do [ -e go ] && break; sleep 0.25
 fn steps_get_a_private_tmp_while_ray_and_srun_syndeo_use_a_temp_dir_every_step_sees_and_nothing_is_left() {
     needs_job_container();
     let image = image();
-    let dir = workdir(USER_A, "job-container");
+    let dir = workdir(user_a(), "job-container");
     let script = format!(
         r#"#!/bin/bash
 echo "TMP_OWNER $(stat -c %U /tmp)"
@@ -55,7 +55,7 @@ print("TASK", ray.get(ray.remote(lambda: 6 * 7).remote()))
 echo READY
 {HOLD_THEN}"#
     );
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={image}")], &script);
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], &script);
     let _cancel = CancelOnDrop(vec![job.id]);
     job.wait_line("READY", Duration::from_secs(300));
     // The step's /tmp is the job's own: the node's /tmp has no marker, and
@@ -65,10 +65,13 @@ echo READY
     for node in ["node1", "node2"] {
         assert!(Path::new(&slurm_job_dir(node, job.id)).is_dir(), "no {}", slurm_job_dir(node, job.id));
     }
-    write_file(USER_A, &dir.join("go"), "");
+    write_file(user_a(), &dir.join("go"), "");
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let out = job.stdout();
-    assert!(out.contains(&format!("TMP_OWNER {USER_A}")), "the step's /tmp is not the job's private one: {out}");
+    assert!(
+        out.contains(&format!("TMP_OWNER {user_a}", user_a = user_a())),
+        "the step's /tmp is not the job's private one: {out}"
+    );
     for node in ["node1", "node2"] {
         assert!(out.contains(&format!("TEMP_SEEN {node}")), "a step on {node} does not see Ray's temp dir: {out}");
     }
@@ -81,7 +84,7 @@ echo READY
         assert!(kept.join(node).join("ray").is_dir(), "no Ray logs of {node} kept");
         assert!(!Path::new(&slurm_job_dir(node, job.id)).exists(), "{} is left", slurm_job_dir(node, job.id));
     }
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 #[test]
@@ -89,10 +92,10 @@ echo READY
 fn a_temp_base_set_inside_the_private_tmp_fails_the_job_naming_the_fix_and_drains_nothing() {
     needs_job_container();
     let _temp = ConfigOverride::set("temp_base", r#""/tmp/ray-site""#);
-    let dir = workdir(USER_A, "job-container-temp-base");
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={}", image())], SCRIPT_RAN);
+    let dir = workdir(user_a(), "job-container-temp-base");
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={}", image())], SCRIPT_RAN);
     let out = job.assert_refused(Duration::from_secs(180), "temp_base /tmp/ray-site lies in /tmp");
     assert!(out.contains("Dirs=/tmp,/dev/shm") && out.contains("set temp_base"), "{out}");
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }

@@ -38,32 +38,33 @@ fn rx_bytes(node: &str, dev: &str) -> u64 {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn with_the_second_network_chosen_ray_lists_its_addresses_and_a_200_mb_object_crosses_it_not_the_first() {
-    let _net = ConfigOverride::set("network", r#"["10.213.8.0/24"]"#);
-    let dir = workdir(USER_A, "fabric");
-    write_file(USER_A, &dir.join("driver.py"), DRIVER);
+    let fabric = fabric_prefix();
+    let _net = ConfigOverride::set("network", &format!("[\"{fabric}.0/24\"]"));
+    let dir = workdir(user_a(), "fabric");
+    write_file(user_a(), &dir.join("driver.py"), DRIVER);
     let script = "#!/bin/bash\necho RAY_ADDRESS=$RAY_ADDRESS\nsrun --syndeo -N1 -n1 python3 driver.py\n";
     let before = (rx_bytes("node2", "eth0"), rx_bytes("node2", "eth1"));
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={}", image())], script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={}", image())], script);
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let after = (rx_bytes("node2", "eth0"), rx_bytes("node2", "eth1"));
     let out = job.output();
-    assert!(out.contains("RAY_ADDRESS=10.213.8.1"), "the head's GCS on the fabric: {out}");
-    assert!(out.contains("ADDRESSES 10.213.8.11,10.213.8.12,10.213.8.13"), "{out}");
+    assert!(out.contains(&format!("RAY_ADDRESS={fabric}.1")), "the head's GCS on the fabric: {out}");
+    assert!(out.contains(&format!("ADDRESSES {fabric}.11,{fabric}.12,{fabric}.13")), "{out}");
     assert!(out.contains(&format!("MOVED {}", 200 << 20)), "{out}");
     let (eth0, eth1) = (after.0 - before.0, after.1 - before.1);
     assert!(eth1 >= 200 << 20, "node2's eth1 received {eth1} bytes, less than the object");
     assert!(eth0 < 50 << 20, "node2's eth0 received {eth0} bytes: the object crossed the first network");
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_network_that_matches_no_address_fails_the_job_naming_the_node_and_its_addresses_and_drains_nothing() {
     let _net = ConfigOverride::set("network", r#"["192.168.77.0/24"]"#);
-    let dir = workdir(USER_A, "no-fabric");
-    let job = sbatch(USER_A, &dir, &["-N2", &format!("--syndeo={}", image())], SCRIPT_RAN);
+    let dir = workdir(user_a(), "no-fabric");
+    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={}", image())], SCRIPT_RAN);
     let out = job.assert_refused(Duration::from_secs(300), "no address matches network");
-    assert!(out.contains("192.168.77.0/24") && out.contains("eth1 10.213.8.1"), "{out}");
+    assert!(out.contains("192.168.77.0/24") && out.contains(&format!("eth1 {}.1", fabric_prefix())), "{out}");
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
-    assert_clean(&job, USER_A);
+    assert_clean(&job, user_a());
 }

@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 
 use syndeo_tests::*;
 
-const SD_DIR: &str = "/run/syndeo-minicluster/prometheus-sd";
+/// The directory the test gives syndeo as metrics_sd_dir.
+fn sd_dir() -> String {
+    format!("{}/prometheus-sd", mc_state_dir())
+}
 
 /// Prometheus, a child of the test with its own storage, killed when dropped.
 struct Prometheus {
@@ -56,7 +59,7 @@ fn start_prometheus() -> Prometheus {
     let dir = std::env::temp_dir().join(format!("syndeo-prometheus-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("data")).unwrap();
-    std::fs::write(dir.join("prometheus.yml"), config(SD_DIR)).unwrap();
+    std::fs::write(dir.join("prometheus.yml"), config(&sd_dir())).unwrap();
     let child = Command::new("prometheus")
         .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
         .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
@@ -116,7 +119,7 @@ fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) ->
 }
 
 fn files_of(job: u32) -> Vec<String> {
-    let names = std::fs::read_dir(SD_DIR).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default();
+    let names = std::fs::read_dir(sd_dir()).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default();
     let names = names.into_iter().map(|e| e.file_name().to_string_lossy().into_owned());
     // Temporary names are hidden: `.syndeo-<job>-<node>.json.<random>.tmp`.
     names.filter(|n| n.trim_start_matches('.').starts_with(&format!("syndeo-{job}-"))).collect()
@@ -135,11 +138,11 @@ fn node_series(p: &Prometheus, job: u32) -> Vec<(String, String, String)> {
 #[test]
 #[ignore = "needs the minicluster (tests/run) and Debian's prometheus"]
 fn prometheus_scrapes_every_nodes_ray_of_a_running_job_with_its_labels_and_its_targets_go_with_the_job() {
-    let _sd = ConfigOverride::set("metrics_sd_dir", &format!("\"{SD_DIR}\""));
+    let _sd = ConfigOverride::set("metrics_sd_dir", &format!("\"{}\"", sd_dir()));
     let prom = start_prometheus();
-    let dir = workdir(USER_A, "prometheus");
+    let dir = workdir(user_a(), "prometheus");
     let script = "#!/bin/bash\nfor i in $(seq 300); do [ -e done ] && exit 0; sleep 1; done\nexit 1\n";
-    let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={}", image_with_ray_default())], script);
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={}", image_with_ray_default())], script);
     let _cancel = CancelOnDrop(vec![job.id]);
     let t = Instant::now();
     let series = loop {
@@ -150,7 +153,7 @@ fn prometheus_scrapes_every_nodes_ray_of_a_running_job_with_its_labels_and_its_t
         if t.elapsed() > Duration::from_secs(240) {
             let files: Vec<String> = files_of(job.id)
                 .iter()
-                .map(|f| std::fs::read_to_string(Path::new(SD_DIR).join(f)).unwrap_or_default().trim().to_string())
+                .map(|f| std::fs::read_to_string(Path::new(&sd_dir()).join(f)).unwrap_or_default().trim().to_string())
                 .collect();
             let log = std::fs::read_to_string(prom.dir.join("prometheus.log")).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(10).collect();
@@ -164,13 +167,13 @@ fn prometheus_scrapes_every_nodes_ray_of_a_running_job_with_its_labels_and_its_t
     };
     let nodes: Vec<&str> = series.iter().map(|(n, _, _)| n.as_str()).collect();
     assert_eq!(nodes, ["node1", "node2", "node3"], "{series:?}");
-    assert!(series.iter().all(|(_, u, _)| u == USER_A), "{series:?}");
+    assert!(series.iter().all(|(_, u, _)| u == user_a()), "{series:?}");
     let heads = series.iter().filter(|(_, _, r)| r == "head").count();
     let workers = series.iter().filter(|(_, _, r)| r == "worker").count();
     assert_eq!((heads, workers), (1, 2), "{series:?}");
     assert_eq!(files_of(job.id).len(), 3, "{:?}", files_of(job.id));
     assert_eq!(targets_of(&prom, job.id).len(), 3);
-    write_file(USER_A, &dir.join("done"), "");
+    write_file(user_a(), &dir.join("done"), "");
     assert_eq!(job.wait(Duration::from_secs(120)), "COMPLETED", "{}", job.output());
     wait_for("the epilogs to remove the job's files", Duration::from_secs(60), || {
         files_of(job.id).is_empty().then_some(())
@@ -178,6 +181,6 @@ fn prometheus_scrapes_every_nodes_ray_of_a_running_job_with_its_labels_and_its_t
     wait_for("Prometheus to drop the job's targets", Duration::from_secs(60), || {
         targets_of(&prom, job.id).is_empty().then_some(())
     });
-    assert_clean(&job, USER_A);
-    assert!(Path::new(SD_DIR).is_dir(), "the directory itself stays, root's");
+    assert_clean(&job, user_a());
+    assert!(Path::new(&sd_dir()).is_dir(), "the directory itself stays, root's");
 }

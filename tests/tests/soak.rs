@@ -17,9 +17,9 @@ fn counts() -> Vec<(String, usize, usize, usize)> {
     nodes()
         .into_iter()
         .map(|n| {
-            let procs = user_processes(&n, USER_A).len();
+            let procs = user_processes(&n, user_a()).len();
             let files =
-                text(&in_node(&n, &["find", "/tmp", "/dev/shm", "/run/syndeo", "-user", USER_A])).lines().count();
+                text(&in_node(&n, &["find", "/tmp", "/dev/shm", "/run/syndeo", "-user", user_a()])).lines().count();
             let ports = text(&in_node(&n, &["ss", "-Hltn"])).lines().count();
             (n, procs, files, ports)
         })
@@ -28,7 +28,10 @@ fn counts() -> Vec<(String, usize, usize, usize)> {
 
 fn print_counts(when: &str, c: &[(String, usize, usize, usize)]) {
     for (n, p, f, l) in c {
-        println!("soak {when}: {n}: {p} processes of {USER_A}, {f} files of {USER_A}, {l} listening TCP ports");
+        println!(
+            "soak {when}: {n}: {p} processes of {user_a}, {f} files of {user_a}, {l} listening TCP ports",
+            user_a = user_a()
+        );
     }
 }
 
@@ -37,20 +40,20 @@ fn print_counts(when: &str, c: &[(String, usize, usize, usize)]) {
 fn many_sequential_then_concurrent_jobs_all_succeed_and_leave_the_nodes_as_they_were() {
     let image = image();
     let n: usize = std::env::var("SYNDEO_SOAK_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
-    let dir = workdir(USER_A, "soak");
+    let dir = workdir(user_a(), "soak");
     let before = counts();
     print_counts("before", &before);
 
     for i in 0..n {
-        let job = sbatch(USER_A, &dir, &["-N3", &format!("--syndeo={image}")], SCRIPT);
+        let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], SCRIPT);
         let state = job.wait(Duration::from_secs(300));
         assert_eq!(state, "COMPLETED", "sequential job {i} ({}): {}", job.id, job.output());
         assert_eq!(job.stdout().trim(), "3", "job {i}: {}", job.output());
     }
     let concurrent: Vec<Job> = (0..4)
         .map(|i| {
-            let d = workdir(USER_A, &format!("soak-c{i}"));
-            sbatch(USER_A, &d, &["-N3", &format!("--syndeo={image}")], SCRIPT)
+            let d = workdir(user_a(), &format!("soak-c{i}"));
+            sbatch(user_a(), &d, &["-N3", &format!("--syndeo={image}")], SCRIPT)
         })
         .collect();
     for job in &concurrent {
@@ -88,21 +91,22 @@ fn mixed(image: &str) {
         .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
     println!("soak: mixed phase, seed {seed}");
     let mut moments = Moments(seed);
-    let dir = workdir(USER_A, "soak-mixed");
+    let dir = workdir(user_a(), "soak-mixed");
     let syndeo = format!("--syndeo={image}");
-    write_file(USER_A, &dir.join("array.sh"), &SCRIPT.replace("srun -N3", "srun -N1"));
+    write_file(user_a(), &dir.join("array.sh"), &SCRIPT.replace("srun -N3", "srun -N1"));
     let o =
-        as_user(USER_A, &dir, &["sbatch", "--parsable", "--array=1-3", "-N1", "-o", "array-%a", &syndeo, "array.sh"]);
+        as_user(user_a(), &dir, &["sbatch", "--parsable", "--array=1-3", "-N1", "-o", "array-%a", &syndeo, "array.sh"]);
     assert!(o.status.success(), "{}", text(&o));
     let array: u32 = String::from_utf8_lossy(&o.stdout).trim().split(';').next().unwrap().parse().unwrap();
     let requeued = sbatch(
-        USER_A,
-        &workdir(USER_A, "soak-requeued"),
+        user_a(),
+        &workdir(user_a(), "soak-requeued"),
         &["-N2", "--open-mode=append", &syndeo],
         "#!/bin/bash\nsleep 20\necho DONE\n",
     );
-    let cancelled = sbatch(USER_A, &workdir(USER_A, "soak-cancelled"), &["-N2", &syndeo], "#!/bin/bash\nsleep 120\n");
-    let plain = sbatch(USER_A, &workdir(USER_A, "soak-plain"), &["-N3", &syndeo], SCRIPT);
+    let cancelled =
+        sbatch(user_a(), &workdir(user_a(), "soak-cancelled"), &["-N2", &syndeo], "#!/bin/bash\nsleep 120\n");
+    let plain = sbatch(user_a(), &workdir(user_a(), "soak-plain"), &["-N3", &syndeo], SCRIPT);
     let (t_requeue, t_cancel) = (moments.next_secs(12.0), moments.next_secs(12.0));
     println!("soak: requeue job {} at {t_requeue:.1} s, cancel job {} at {t_cancel:.1} s", requeued.id, cancelled.id);
     let t0 = std::time::Instant::now();
