@@ -2,19 +2,21 @@
 //! `submit` (srun/sbatch/salloc), `job_script` (prolog/epilog on each node, root),
 //! `extern_step` (the job's extern step on each node, root),
 //! `slurmstepd` (each job step on each node, as the user).
+//! They decide; what they ask of Slurm goes through [`Spank`] and what they
+//! do on the node through `crate::node::Node`, never through `ffi`.
 pub mod extern_step;
 pub mod job_script;
 pub mod slurmstepd;
 pub mod submit;
 
 use crate::config::PluginConfig;
-use crate::ffi::{Context, Spank};
+use crate::spank::{Context, Spank};
 use crate::{HookError, HookResult};
 
 /// `slurm_spank_init`, every context: register `--syndeo` (with
 /// `spank_option_register`, which sbatch and salloc honour, unlike a static
 /// `spank_options` table) and check the plugstack arguments.
-pub fn init(sp: &Spank) -> HookResult {
+pub fn init(sp: &dyn Spank) -> HookResult {
     config(sp)?;
     match sp.context() {
         Context::Local | Context::Allocator | Context::Remote | Context::JobScript => Ok(sp.register_option()?),
@@ -23,6 +25,6 @@ pub fn init(sp: &Spank) -> HookResult {
 }
 
 /// The plugstack arguments, or an error naming the bad one.
-pub fn config(sp: &Spank) -> Result<PluginConfig, HookError> {
+pub fn config(sp: &dyn Spank) -> Result<PluginConfig, HookError> {
     PluginConfig::parse(sp.args()).map_err(HookError)
 }

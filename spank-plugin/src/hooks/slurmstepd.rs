@@ -4,15 +4,15 @@
 //! `task_init` runs in each task just before exec: for `srun --syndeo CMD` it
 //! routes the task through `syndeo-agent`'s exec wrapper, which runs CMD in
 //! the job's image.
-use syndeo_protocol::client::wait_ready;
 use syndeo_protocol::env;
 use syndeo_protocol::local::WaitReply;
 
-use crate::ffi::{log_error, log_verbose, Context, Spank, BATCH_STEP, EXTERN_STEP, INTERACTIVE_STEP};
 use crate::hooks::config;
+use crate::node::Node;
+use crate::spank::{Context, Spank, BATCH_STEP, EXTERN_STEP, INTERACTIVE_STEP};
 use crate::{HookError, HookResult};
 
-pub fn user_init(sp: &Spank) -> HookResult {
+pub fn user_init(sp: &dyn Spank, node: &dyn Node) -> HookResult {
     if sp.context() != Context::Remote {
         return Ok(());
     }
@@ -23,7 +23,7 @@ pub fn user_init(sp: &Spank) -> HookResult {
         return Ok(());
     }
     let dir = cfg.job_dir(job);
-    if !dir.path().exists() {
+    if !node.exists(dir.path()) {
         return Ok(()); // no syndeo cluster for this job on this node
     }
     if step == BATCH_STEP {
@@ -35,8 +35,8 @@ pub fn user_init(sp: &Spank) -> HookResult {
         // syndeo's own status/logs step: it reports on the cluster as it is.
         return Ok(sp.setenv(env::JOB_DIR, &dir.path().to_string_lossy())?);
     }
-    log_verbose(&format!("syndeo: job {job} step {step:#x}: waiting for the Ray cluster"));
-    let failure = match wait_ready(&dir, cfg.wait_timeout) {
+    sp.log_verbose(&format!("syndeo: job {job} step {step:#x}: waiting for the Ray cluster"));
+    let failure = match node.wait_ready(&dir, cfg.wait_timeout) {
         Ok(WaitReply::Ready { env }) => {
             for (k, v) in env {
                 let v = match (k.as_str(), sp.getenv("PYTHONPATH")?) {
@@ -57,11 +57,11 @@ pub fn user_init(sp: &Spank) -> HookResult {
     // Failing this hook would make Slurm drain the node ("batch job complete
     // failure"): a user's mistake must not. The step's tasks instead run the
     // wrapper, which prints the cause on the job's stderr and exits 1.
-    log_error(&format!("syndeo: {failure}"));
+    sp.log_error(&format!("syndeo: {failure}"));
     Ok(sp.setenv(env::EXEC_ERROR, &failure)?)
 }
 
-pub fn task_init(sp: &Spank) -> HookResult {
+pub fn task_init(sp: &dyn Spank, node: &dyn Node) -> HookResult {
     if sp.context() != Context::Remote {
         return Ok(());
     }
@@ -80,7 +80,7 @@ pub fn task_init(sp: &Spank) -> HookResult {
     let cfg = config(sp)?;
     let job = sp.job_id()?;
     let dir = cfg.job_dir(job);
-    if !dir.path().exists() {
+    if !node.exists(dir.path()) {
         return Err(HookError(format!(
             "syndeo: srun --syndeo: job {job} has no syndeo cluster on this node; \
              submit the job itself with --syndeo (sbatch/salloc --syndeo=IMAGE)"

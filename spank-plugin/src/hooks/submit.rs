@@ -7,12 +7,14 @@
 //! Once the options are parsed, a syndeo job also records the submitter's
 //! resource limits and umask in its SPANK environment: Slurm gives the job's
 //! tasks those, and the root side gives them to syndeo's processes too.
+use std::path::Path;
 use std::sync::Mutex;
 
 use syndeo_protocol::env::{OPTION_RECORD, REQUEST_RECORD, RLIMITS_RECORD, UMASK_RECORD};
 use syndeo_protocol::image::check_image_value;
 
-use crate::ffi::{Context, Spank};
+use crate::node::Node;
+use crate::spank::{Context, Spank};
 use crate::{HookError, HookResult};
 
 /// `--syndeo`'s value if this submit command was given it (Some(None):
@@ -28,11 +30,16 @@ fn given_here() -> Option<Option<String>> {
 /// `slurm_spank_init_post_opt`, at submit: the record of limits and umask;
 /// for sbatch and salloc, syndeo's record of the request in place of
 /// Slurm's ([`REQUEST_RECORD`]).
-pub fn init_post_opt(sp: &Spank) -> HookResult {
+pub fn init_post_opt(sp: &dyn Spank, node: &dyn Node) -> HookResult {
+    record(sp, node, given_here())
+}
+
+/// What `init_post_opt` records, given `--syndeo`'s value as the callback saw it.
+fn record(sp: &dyn Spank, node: &dyn Node, given: Option<Option<String>>) -> HookResult {
     if !matches!(sp.context(), Context::Local | Context::Allocator) {
         return Ok(());
     }
-    let Some(value) = given_here() else { return Ok(()) };
+    let Some(value) = given else { return Ok(()) };
     if sp.context() == Context::Allocator {
         sp.job_control_setenv(REQUEST_RECORD, value.as_deref().unwrap_or("-"))?;
         sp.job_control_unsetenv(OPTION_RECORD)?;
@@ -40,10 +47,10 @@ pub fn init_post_opt(sp: &Spank) -> HookResult {
         // this hook (spank_init_post_opt): salloc's shell would inherit it,
         // and every plain srun there would take it as --syndeo. sbatch and
         // salloc are single-threaded here.
-        std::env::remove_var(OPTION_RECORD);
+        node.remove_env(OPTION_RECORD);
     }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let status = node.read(Path::new("/proc/self/status"));
+    let limits = node.read(Path::new("/proc/self/limits"));
     sp.job_control_setenv(RLIMITS_RECORD, &rlimits_record(&limits))?;
     if let Some(umask) = status.lines().find_map(|l| l.strip_prefix("Umask:")) {
         sp.job_control_setenv(UMASK_RECORD, umask.trim())?;
