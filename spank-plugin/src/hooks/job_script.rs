@@ -199,3 +199,155 @@ fn finish(
         _ => Err(HookError(format!("syndeo: {what} failed on this node ({}); see the lines above", done.status))),
     }
 }
+#[cfg(test)]
+mod tests {
+    use super::super::fake::{FakeNode, FakeSpank, Run, Script};
+    use super::*;
+    use crate::spank::RunningConf;
+
+    const SPEC: &str = "/run/syndeo/.jobs/42/spec.json";
+    const JOB_DIR: &str = "/run/syndeo/42";
+
+    fn job_script(option: Option<Option<&str>>, conf: RunningConf) -> FakeSpank {
+        let mut sp = FakeSpank::new(Context::JobScript);
+        sp.option = option.map(|o| o.map(str::to_string));
+        sp.conf = conf;
+        sp
+    }
+
+    fn contain() -> RunningConf {
+        RunningConf { contain: true, ..RunningConf::default() }
+    }
+
+    fn node_with_env(vars: &[(&str, &str)]) -> FakeNode {
+        FakeNode { env: vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..FakeNode::default() }
+    }
+
+    #[test]
+    fn prolog_leaves_a_job_without_syndeo_alone() {
+        let sp = job_script(None, contain());
+        let node = FakeNode::default();
+        prolog(&sp, &node).unwrap();
+        let node = node_with_env(&[("SPANK_SYNDEO_REQUEST", "")]);
+        prolog(&sp, &node).unwrap();
+        assert!(node.runs().is_empty());
+    }
+
+    #[test]
+    fn prolog_hands_ids_limits_image_and_node_addresses_to_agent_prolog() {
+        let conf = RunningConf { propagate: Some("NOFILE,core".into()), ..contain() };
+        let sp = job_script(Some(Some("/img/ray.sif")), conf);
+        let node = node_with_env(&[("SLURM_JOB_NODELIST", "n1,n2")]);
+        prolog(&sp, &node).unwrap();
+        let runs = node.runs();
+        assert_eq!(runs.len(), 1, "with an extern step the agent starts there, not here: {runs:?}");
+        let expected = "prolog --job=42 --uid=1000 --config /etc/syndeo/syndeo.toml --runtime-base /run/syndeo \
+                        --gid=100 --propagate=CORE,NOFILE --image=/img/ray.sif";
+        assert_eq!(runs[0].args.join(" "), expected);
+        assert_eq!(runs[0].input.as_deref(), Some(r#"{"n1":"10.0.0.1","n2":"10.0.0.2"}"#));
+    }
+
+    #[test]
+    fn prolog_of_an_sbatch_job_takes_syndeos_request_record_and_dash_means_the_site_image() {
+        let sp = job_script(None, contain());
+        let node = node_with_env(&[("SPANK_SYNDEO_REQUEST", "/img/a.sif")]);
+        prolog(&sp, &node).unwrap();
+        assert!(node.runs()[0].has("--image=/img/a.sif"));
+        let node = node_with_env(&[("SPANK_SYNDEO_REQUEST", "-")]);
+        prolog(&sp, &node).unwrap();
+        let runs = node.runs();
+        assert_eq!(runs[0].verb(), "prolog");
+        assert!(!runs[0].args.iter().any(|a| a.starts_with("--image")), "{runs:?}");
+    }
+
+    #[test]
+    fn prolog_starts_the_agent_itself_adopted_with_run_in_job_and_plain_without_an_extern_step() {
+        for (conf, adopt) in [(RunningConf { run_in_job: true, ..contain() }, true), (RunningConf::default(), false)] {
+            let sp = job_script(Some(None), conf);
+            let node = FakeNode::default();
+            prolog(&sp, &node).unwrap();
+            let runs = node.runs();
+            assert_eq!(runs.iter().map(Run::verb).collect::<Vec<_>>(), ["prolog", "start"]);
+            assert_eq!(runs[1].adopt, Some(adopt));
+            assert!(runs[1].has("--job=42") && runs[1].has("--uid=1000"));
+        }
+    }
+
+    #[test]
+    fn a_failed_agent_prolog_fails_the_hook_logs_its_stderr_and_starts_nothing() {
+        let sp = job_script(Some(None), RunningConf::default());
+        let node = FakeNode::default();
+        node.scripts.borrow_mut().push_back(Script::Exit(1, "FAIL: the runtime base is not root's\n\n"));
+        let e = prolog(&sp, &node).unwrap_err();
+        assert!(e.0.starts_with("syndeo: prolog failed on this node (exit status: 1)"), "{}", e.0);
+        assert_eq!(sp.logged("info").last().unwrap(), "syndeo: prolog: FAIL: the runtime base is not root's");
+        assert_eq!(node.runs().len(), 1);
+    }
+
+    #[test]
+    fn not_clean_is_a_failure_from_the_prolog_but_not_from_the_epilog() {
+        let sp = job_script(Some(None), contain());
+        let node = FakeNode::default();
+        node.scripts.borrow_mut().extend([Script::Exit(exit::NOT_CLEAN, ""), Script::Exit(exit::NOT_CLEAN, "")]);
+        assert!(prolog(&sp, &node).is_err());
+        epilog(&sp, &node).unwrap();
+        assert!(sp.logged("info").last().unwrap().contains("the node is not clean"), "{:?}", sp.logged("info"));
+    }
+
+    #[test]
+    fn a_missing_agent_binary_is_reported_as_syndeo_not_installed() {
+        let sp = job_script(Some(None), contain());
+        let node = FakeNode::default();
+        node.scripts.borrow_mut().push_back(Script::Missing);
+        let e = prolog(&sp, &node).unwrap_err();
+        assert!(e.0.starts_with("syndeo: prolog: cannot run /opt/syndeo-agent:"), "{}", e.0);
+        assert!(e.0.ends_with("(is syndeo installed on this node?)"), "{}", e.0);
+    }
+
+    #[test]
+    fn the_agent_gets_path_and_the_job_scripts_variables_and_nothing_else() {
+        let sp = job_script(Some(None), contain());
+        let vars = [("SLURM_JOB_USER", "ada"), ("SPANK_SYNDEO_UMASK", "0027"), ("LD_PRELOAD", "/tmp/evil.so")];
+        let node = node_with_env(&vars);
+        prolog(&sp, &node).unwrap();
+        let env = &node.runs()[0].env;
+        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(names, ["PATH", "SLURM_JOB_USER", "SPANK_SYNDEO_UMASK"]);
+        assert_eq!(env["PATH"], "/usr/sbin:/usr/bin:/sbin:/bin");
+    }
+
+    #[test]
+    fn epilog_cleans_up_a_job_whose_directory_exists_even_when_its_option_is_gone() {
+        let sp = job_script(None, contain());
+        let node = FakeNode::with_paths(&[JOB_DIR]);
+        epilog(&sp, &node).unwrap();
+        let runs = node.runs();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].verb(), "epilog");
+        assert_eq!(runs[0].input, None);
+        assert!(sp.logged("info").last().unwrap().contains("node clean in"));
+    }
+
+    #[test]
+    fn epilog_leaves_other_jobs_alone_and_fails_on_a_node_fault() {
+        let sp = job_script(None, contain());
+        let node = FakeNode::default();
+        epilog(&sp, &node).unwrap();
+        assert!(node.runs().is_empty());
+        let sp = job_script(Some(None), contain());
+        node.scripts.borrow_mut().push_back(Script::Exit(2, ""));
+        assert!(epilog(&sp, &node).unwrap_err().0.contains("epilog failed on this node"));
+    }
+
+    #[test]
+    fn prolog_and_epilog_run_only_in_the_job_script_context() {
+        for context in [Context::Remote, Context::Local, Context::Slurmd] {
+            let mut sp = job_script(Some(None), RunningConf::default());
+            sp.context = context;
+            let node = FakeNode::with_paths(&[JOB_DIR, SPEC]);
+            prolog(&sp, &node).unwrap();
+            epilog(&sp, &node).unwrap();
+            assert!(node.runs().is_empty(), "{context:?}");
+        }
+    }
+}

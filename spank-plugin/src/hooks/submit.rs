@@ -99,7 +99,68 @@ pub fn option_given(value: Option<&str>, remote: bool) -> HookResult {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fake::{FakeNode, FakeSpank};
     use super::*;
+
+    /// A submit host whose /proc says: umask 0027, two limits.
+    fn submit_host() -> FakeNode {
+        let mut node = FakeNode::default();
+        node.files.insert("/proc/self/status".into(), "Name:\tsbatch\nUmask:\t0027\nState:\tR\n".into());
+        node.files.insert(
+            "/proc/self/limits".into(),
+            "Limit                     Soft Limit           Hard Limit           Units\n\
+             Max core file size        0                    unlimited            bytes\n\
+             Max open files            1024                 524288               files\n"
+                .into(),
+        );
+        node
+    }
+
+    fn control(sp: &FakeSpank, name: &str) -> Option<String> {
+        sp.control_env.borrow().get(name).cloned()
+    }
+
+    #[test]
+    fn sbatch_with_an_image_records_the_request_limits_and_umask_and_drops_slurms_own_record() {
+        let (sp, node) = (FakeSpank::new(Context::Allocator), submit_host());
+        sp.control_env.borrow_mut().insert(OPTION_RECORD.into(), "/img".into());
+        record(&sp, &node, Some(Some("/img".into()))).unwrap();
+        assert_eq!(control(&sp, REQUEST_RECORD).as_deref(), Some("/img"));
+        assert_eq!(control(&sp, OPTION_RECORD), None, "Slurm's record would make every srun a --syndeo one");
+        assert_eq!(*node.removed_env.borrow(), [OPTION_RECORD], "salloc's shell must not inherit it");
+        assert_eq!(control(&sp, RLIMITS_RECORD).as_deref(), Some("CORE=0:unlimited,NOFILE=1024:524288"));
+        assert_eq!(control(&sp, UMASK_RECORD).as_deref(), Some("0027"));
+    }
+
+    #[test]
+    fn syndeo_without_a_value_is_recorded_as_the_site_default_dash() {
+        let (sp, node) = (FakeSpank::new(Context::Allocator), submit_host());
+        record(&sp, &node, Some(None)).unwrap();
+        assert_eq!(control(&sp, REQUEST_RECORD).as_deref(), Some("-"));
+    }
+
+    #[test]
+    fn srun_with_syndeo_records_limits_and_umask_but_keeps_slurms_option_record() {
+        let (sp, node) = (FakeSpank::new(Context::Local), submit_host());
+        record(&sp, &node, Some(Some("/img".into()))).unwrap();
+        assert_eq!(control(&sp, REQUEST_RECORD), None, "srun's job carries Slurm's own record of the option");
+        assert!(node.removed_env.borrow().is_empty());
+        assert_eq!(control(&sp, UMASK_RECORD).as_deref(), Some("0027"));
+        assert!(control(&sp, RLIMITS_RECORD).is_some());
+    }
+
+    #[test]
+    fn nothing_is_recorded_without_syndeo_or_outside_the_submit_commands() {
+        let (sp, node) = (FakeSpank::new(Context::Allocator), submit_host());
+        record(&sp, &node, None).unwrap();
+        assert!(sp.control_env.borrow().is_empty());
+        for context in [Context::Remote, Context::JobScript, Context::Slurmd] {
+            let sp = FakeSpank::new(context);
+            record(&sp, &node, Some(Some("/img".into()))).unwrap();
+            assert!(sp.control_env.borrow().is_empty(), "{context:?}");
+        }
+        assert!(node.removed_env.borrow().is_empty());
+    }
 
     #[test]
     fn this_processes_limits_become_a_record_with_slurms_names() {
