@@ -1,5 +1,5 @@
 //! What the hooks may ask of Slurm: the [`Spank`] trait. The plugin's only
-//! real implementation is `ffi::handle::Handle` over `spank_t`; the hooks'
+//! real implementation is `ffi::Handle` over `spank_t`; the hooks'
 //! tests use a fake (`hooks/fake.rs`). Nothing here is `unsafe` and nothing
 //! here knows Slurm's C types.
 
