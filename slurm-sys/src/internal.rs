@@ -2,7 +2,7 @@
 //! Slurm daemon, slurmstepd and command that loads the plugin) that are not
 //! in spank.h. Each is present, with this signature, in Slurm 22.05, 24.11
 //! and 26.05 (checked against their source); the plugin's only uses are in
-//! `spank-plugin/src/ffi.rs`.
+//! `spank-plugin/src/ffi/slurm.rs`.
 use std::os::raw::{c_char, c_int};
 
 use crate::{slurm_conf_t, slurm_step_id_t};

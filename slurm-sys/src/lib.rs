@@ -3,7 +3,7 @@
 //! the plugin reads), plus [`internal`]: the few functions of Slurm's own
 //! library, outside spank.h, that the plugin calls from inside Slurm.
 //! Everything here is `unsafe` to use; the plugin wraps it in one thin
-//! module (`spank-plugin/src/ffi.rs`).
+//! module (`spank-plugin/src/ffi/`).
 #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
 #![allow(clippy::all)]
 

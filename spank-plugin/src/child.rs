@@ -1,42 +1,28 @@
 //! Running `syndeo-agent` from a hook: no shell, a clean environment, and a
 //! bounded wait. Its stderr is drained while it runs (a chatty agent never
 //! blocks on a full pipe) and kept up to a cap, for the hook's log.
+//!
+//! Making the pipe non-blocking is an `fcntl`, which lives in `ffi::os`; it
+//! comes in as a function, so this module does not depend on `ffi`.
 use std::io::Read;
-use std::os::fd::AsRawFd;
-use std::process::{Child, Command, ExitStatus};
+use std::os::fd::{AsRawFd, RawFd};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::ffi::set_nonblocking;
+use crate::node::{Finished, RunError};
 
 /// Kept of the agent's stderr; the rest is drained and dropped.
 const MAX_KEPT: usize = 64 * 1024;
 
-pub struct Finished {
-    pub status: ExitStatus,
-    /// The agent's stderr (at most `MAX_KEPT` bytes of it).
-    pub stderr: String,
-}
-
-/// Why the agent did not finish.
-#[derive(Debug)]
-pub enum RunError {
-    Spawn(std::io::Error),
-    TimedOut(Duration),
-    Wait(std::io::Error),
-}
-
-/// Spawns `cmd` (whose stderr must be piped) and waits at most `limit` for it
-/// to exit, reading its stderr all the while. A child past its limit is killed.
-pub fn run(mut cmd: Command, limit: Duration) -> Result<Finished, RunError> {
-    finish(cmd.spawn().map_err(RunError::Spawn)?, limit)
-}
+/// Makes a descriptor non-blocking (`ffi::os::set_nonblocking`).
+pub type SetNonblocking = fn(RawFd);
 
 /// Waits at most `limit` for a spawned `child` (whose stderr is piped) to
 /// exit, reading its stderr all the while. A child past its limit is killed.
-pub fn finish(mut child: Child, limit: Duration) -> Result<Finished, RunError> {
+pub fn finish(mut child: Child, limit: Duration, nonblocking: SetNonblocking) -> Result<Finished, RunError> {
     let mut err = child.stderr.take();
     if let Some(e) = &err {
-        set_nonblocking(e.as_raw_fd());
+        nonblocking(e.as_raw_fd());
     }
     let start = Instant::now();
     let mut kept = Vec::new();
@@ -81,7 +67,12 @@ fn drain(pipe: Option<&mut std::process::ChildStderr>, kept: &mut Vec<u8>) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Stdio;
+    use crate::ffi::os::set_nonblocking;
+    use std::process::{Command, Stdio};
+
+    fn run(mut cmd: Command, limit: Duration) -> Result<Finished, RunError> {
+        finish(cmd.spawn().map_err(RunError::Spawn)?, limit, set_nonblocking)
+    }
 
     #[test]
     fn a_child_that_writes_megabytes_to_stderr_finishes_and_its_output_is_capped() {

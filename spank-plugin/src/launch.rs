@@ -10,7 +10,7 @@
 //!
 //! In the first two rows the plugin adds the start helper to the extern
 //! step before it starts anything, as pam_slurm_adopt does with a login.
-use crate::ffi::RunningConf;
+use crate::spank::RunningConf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Launch {

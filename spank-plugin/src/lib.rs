@@ -10,8 +10,10 @@
 //!   run the task through the container wrapper.
 //!
 //! Everything else, elections, containers and Ray, belongs to the agent.
-//! All `unsafe` code is in [`ffi`]; the hooks see a safe [`ffi::Spank`] handle
-//! and return a [`HookError`], which the entry point reports once.
+//! All `unsafe` code is in [`ffi`], which holds the entry points. The hooks
+//! see only two traits, [`spank::Spank`] (Slurm) and [`node::Node`] (this
+//! process and node, `syndeo-agent`), and return a [`HookError`], which the
+//! entry point reports once. Dependencies point one way: ffi -> hooks -> traits.
 #![deny(unsafe_code)]
 
 pub mod child;
@@ -20,6 +22,9 @@ pub mod config;
 pub mod ffi;
 pub mod hooks;
 pub mod launch;
+pub mod node;
+pub mod spank;
+pub mod system;
 
 /// Why a hook failed: one message for the log of whatever runs the plugin
 /// (srun/sbatch's terminal, slurmd's log, or the step's stderr).

@@ -13,58 +13,58 @@
 //! failed prolog drains the node); NOT_CLEAN from the epilog: it named what
 //! it could not remove, and the node stays in service; anything else is a
 //! node fault, and the hook fails.
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use syndeo_protocol::env::{JOB_SCRIPT_ENV, REQUEST_RECORD};
 use syndeo_protocol::exit;
 
-use crate::child::{self, RunError};
 use crate::config::PluginConfig;
-use crate::ffi::{adopt_into_extern_step, log_error, log_info, node_addresses, running_conf, Context, Spank};
 use crate::hooks::config;
 use crate::launch::{launch, propagated, Launch};
+use crate::node::{Finished, Node, RunError};
+use crate::spank::{Context, Spank};
 use crate::{HookError, HookResult};
 
 const PROLOG_LIMIT: Duration = Duration::from_secs(60);
 const START_LIMIT: Duration = Duration::from_secs(30);
 const EPILOG_LIMIT: Duration = Duration::from_secs(150);
 
-pub fn prolog(sp: &Spank) -> HookResult {
+pub fn prolog(sp: &dyn Spank, node: &dyn Node) -> HookResult {
     if sp.context() != Context::JobScript {
         return Ok(());
     }
-    let Some(image) = requested(sp) else {
+    let Some(image) = requested(sp, node) else {
         return Ok(()); // not a syndeo job
     };
     let cfg = config(sp)?;
     let (job, uid, gid) = (sp.job_id()?, sp.uid()?, sp.gid()?);
-    let conf = running_conf();
-    let mut cmd = agent_command(&cfg, "prolog", job, uid);
+    let conf = sp.running_conf();
+    let mut cmd = agent_command(node, &cfg, "prolog", job, uid);
     cmd.arg(format!("--gid={gid}")).arg(format!("--propagate={}", propagated(&conf).join(",")));
     if let Some(image) = image {
         // One argument, whatever the value: the agent checks it again.
         cmd.arg(format!("--image={image}"));
     }
     let how = launch(&conf);
-    log_info(&format!("syndeo: prolog for job {job}: preparing the node (the agent starts {how:?})"));
-    run_with_input(cmd, &addresses_json(), PROLOG_LIMIT, "prolog")?;
+    sp.log_info(&format!("syndeo: prolog for job {job}: preparing the node (the agent starts {how:?})"));
+    let ran = node.run(cmd, Some(&addresses_json(sp, node)), PROLOG_LIMIT);
+    finish(sp, ran, "prolog", &cfg)?;
     match how {
         Launch::ExternStep => Ok(()),
-        Launch::PrologAdopted => start_agent(&cfg, job, uid, true),
-        Launch::Prolog => start_agent(&cfg, job, uid, false),
+        Launch::PrologAdopted => start_agent(sp, node, &cfg, job, uid, true),
+        Launch::Prolog => start_agent(sp, node, &cfg, job, uid, false),
     }
 }
 
 /// Whether the job asked for a cluster, and with which image (None inside:
 /// the site's default): Slurm's record of the option (jobs made by `srun
 /// --syndeo`), or syndeo's own (sbatch, salloc; see `REQUEST_RECORD`).
-fn requested(sp: &Spank) -> Option<Option<String>> {
+fn requested(sp: &dyn Spank, node: &dyn Node) -> Option<Option<String>> {
     if let Some(v) = sp.option_value() {
         return Some(v);
     }
-    match std::env::var(format!("SPANK_{REQUEST_RECORD}")).ok()?.as_str() {
+    match node.env(&format!("SPANK_{REQUEST_RECORD}"))?.as_str() {
         "" => None,
         "-" => Some(None),
         image => Some(Some(image.to_string())),
@@ -73,83 +73,27 @@ fn requested(sp: &Spank) -> Option<Option<String>> {
 
 /// Whether the prolog prepared job `job` on this node: root's state
 /// directory for it exists (nothing the user can make).
-pub fn prepared(cfg: &PluginConfig, job: u32) -> bool {
-    cfg.runtime_base.join(".jobs").join(job.to_string()).join("spec.json").exists()
+pub fn prepared(node: &dyn Node, cfg: &PluginConfig, job: u32) -> bool {
+    node.exists(&cfg.runtime_base.join(".jobs").join(job.to_string()).join("spec.json"))
 }
 
 /// `syndeo-agent start` for a prepared job. With `adopt`, the helper waits
 /// until the plugin has added it to the job's extern step, so that all it
 /// starts lives in the job's cgroups.
-pub fn start_agent(cfg: &PluginConfig, job: u32, uid: u32, adopt: bool) -> HookResult {
-    let mut cmd = agent_command(cfg, "start", job, uid);
-    cmd.arg("--hold").stdin(Stdio::piped());
-    if adopt {
-        cmd.stdout(Stdio::piped());
-    }
-    let started = Instant::now();
-    let mut helper = cmd.spawn().map_err(|e| spawn_error("start", &cfg.agent.to_string_lossy(), e))?;
-    if adopt {
-        match adopt_into_extern_step(job, helper.id() as i32) {
-            Ok(()) => log_info(&format!("syndeo: job {job}: the node agent starts in the job's extern step")),
-            Err(e) => {
-                log_error(&format!("syndeo: job {job}: {e}; its cluster on this node runs outside the job's cgroups"))
-            }
-        }
-    }
-    // Kept open until the supervisor is accounted: the helper waits for its end.
-    let go = helper.stdin.take().map(|mut go| {
-        let _ = go.write_all(b"go\n");
-        go
-    });
-    if let Some(said) = helper.stdout.take().map(supervisor_line) {
-        if let Ok(Some(pid)) = said.recv_timeout(START_LIMIT) {
-            account_supervisor(job, &mut helper, pid);
-        }
-    }
-    drop(go);
-    let left = START_LIMIT.saturating_sub(started.elapsed()).max(Duration::from_secs(1));
-    finish(helper, left, "start", &cfg.agent.to_string_lossy())?;
-    Ok(())
-}
-
-/// The supervisor's PID, from the helper's `supervisor PID` line, read in a
-/// thread (it ends when the helper closes its stdout, at its end at the
-/// latest), so the hook waits for it with a timeout.
-fn supervisor_line(out: std::process::ChildStdout) -> std::sync::mpsc::Receiver<Option<i32>> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
-        let _ = tx.send(line.strip_prefix("supervisor ").and_then(|p| p.trim().parse::<i32>().ok()));
-    });
-    rx
-}
-
-/// Slurm's accounting of the step counts the processes below a PID it is
-/// given: the supervisor's, under which the agent and Ray run. The helper,
-/// its parent, never reaps it and is still running (it waits for its stdin
-/// to close), so the PID cannot name another process that reused it.
-fn account_supervisor(job: u32, helper: &mut std::process::Child, pid: i32) {
-    if !matches!(helper.try_wait(), Ok(None)) {
-        return log_error(&format!("syndeo: job {job}: the start helper ended early; supervisor {pid} not accounted"));
-    }
-    if let Err(e) = adopt_into_extern_step(job, pid) {
-        log_error(&format!("syndeo: job {job}: accounting the supervisor ({pid}): {e}"));
-    }
-    if !matches!(helper.try_wait(), Ok(None)) {
-        log_error(&format!("syndeo: job {job}: the start helper ended while process {pid} was accounted"));
-    }
+pub fn start_agent(sp: &dyn Spank, node: &dyn Node, cfg: &PluginConfig, job: u32, uid: u32, adopt: bool) -> HookResult {
+    let cmd = agent_command(node, cfg, "start", job, uid);
+    finish(sp, node.start(cmd, job, adopt, START_LIMIT), "start", cfg).map(|_| ())
 }
 
 /// `{"node": "addr", ...}` for the job's nodes, from Slurm's configuration.
-fn addresses_json() -> String {
-    let list = std::env::var("SLURM_JOB_NODELIST").or_else(|_| std::env::var("SLURM_NODELIST")).unwrap_or_default();
+fn addresses_json(sp: &dyn Spank, node: &dyn Node) -> String {
+    let list = node.env("SLURM_JOB_NODELIST").or_else(|| node.env("SLURM_NODELIST")).unwrap_or_default();
     let mut out = String::from("{");
-    for (i, (node, addr)) in node_addresses(&list).into_iter().filter_map(|(n, a)| Some((n, a?))).enumerate() {
+    for (i, (name, addr)) in sp.node_addresses(&list).into_iter().filter_map(|(n, a)| Some((n, a?))).enumerate() {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(&format!("{}:{}", json_string(&node), json_string(&addr)));
+        out.push_str(&format!("{}:{}", json_string(&name), json_string(&addr)));
     }
     out.push('}');
     out
@@ -171,7 +115,7 @@ fn json_string(s: &str) -> String {
     out
 }
 
-pub fn epilog(sp: &Spank) -> HookResult {
+pub fn epilog(sp: &dyn Spank, node: &dyn Node) -> HookResult {
     if sp.context() != Context::JobScript {
         return Ok(());
     }
@@ -179,19 +123,17 @@ pub fn epilog(sp: &Spank) -> HookResult {
     let (job, uid) = (sp.job_id()?, sp.uid()?);
     // The option is the usual sign; the job directory catches a job whose
     // option did not reach the epilog, so nothing of it is ever left behind.
-    if requested(sp).is_none() && !cfg.job_dir(job).path().exists() {
+    if requested(sp, node).is_none() && !node.exists(cfg.job_dir(job).path()) {
         return Ok(());
     }
-    log_info(&format!("syndeo: epilog for job {job}: stopping the cluster and cleaning up"));
+    sp.log_info(&format!("syndeo: epilog for job {job}: stopping the cluster and cleaning up"));
     let start = Instant::now();
-    let cmd = agent_command(&cfg, "epilog", job, uid);
-    let agent = cfg.agent.to_string_lossy().into_owned();
-    let spawned = child_of(cmd, "epilog", &agent)?;
-    match finish(spawned, EPILOG_LIMIT, "epilog", &agent)? {
+    let cmd = agent_command(node, &cfg, "epilog", job, uid);
+    match finish(sp, node.run(cmd, None, EPILOG_LIMIT), "epilog", &cfg)? {
         Outcome::Done => {
-            log_info(&format!("syndeo: epilog for job {job}: node clean in {} ms", start.elapsed().as_millis()))
+            sp.log_info(&format!("syndeo: epilog for job {job}: node clean in {} ms", start.elapsed().as_millis()))
         }
-        Outcome::NotClean => log_info(&format!(
+        Outcome::NotClean => sp.log_info(&format!(
             "syndeo: epilog for job {job}: the node is not clean: the paths above remain; it stays in service"
         )),
     }
@@ -206,7 +148,9 @@ enum Outcome {
     NotClean,
 }
 
-fn agent_command(cfg: &PluginConfig, verb: &str, job: u32, uid: u32) -> Command {
+/// `syndeo-agent VERB` for job `job`: no shell, a clean environment but for
+/// PATH and the job script's variables the agent reads, stderr piped.
+fn agent_command(node: &dyn Node, cfg: &PluginConfig, verb: &str, job: u32, uid: u32) -> Command {
     let mut cmd = Command::new(&cfg.agent);
     cmd.arg(verb)
         .arg(format!("--job={job}"))
@@ -222,42 +166,32 @@ fn agent_command(cfg: &PluginConfig, verb: &str, job: u32, uid: u32) -> Command 
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     for name in JOB_SCRIPT_ENV {
-        if let Ok(v) = std::env::var(name) {
+        if let Some(v) = node.env(name) {
             cmd.env(name, v);
         }
     }
     cmd
 }
 
-fn spawn_error(what: &str, agent: &str, e: std::io::Error) -> HookError {
-    HookError(format!("syndeo: {what}: cannot run {agent}: {e} (is syndeo installed on this node?)"))
-}
-
-fn child_of(mut cmd: Command, what: &str, agent: &str) -> Result<std::process::Child, HookError> {
-    cmd.spawn().map_err(|e| spawn_error(what, agent, e))
-}
-
-/// Runs the agent with `input` on its stdin, to completion within `limit`.
-fn run_with_input(mut cmd: Command, input: &str, limit: Duration, what: &str) -> HookResult {
-    let agent = cmd.get_program().to_string_lossy().into_owned();
-    cmd.stdin(Stdio::piped());
-    let mut spawned = child_of(cmd, what, &agent)?;
-    if let Some(mut stdin) = spawned.stdin.take() {
-        // An agent that stopped early does not read it: its status says why.
-        let _ = stdin.write_all(input.as_bytes());
-    }
-    finish(spawned, limit, what, &agent).map(|_| ())
-}
-
-/// Waits for the agent within `limit`; its stderr goes to slurmd's log.
-fn finish(spawned: std::process::Child, limit: Duration, what: &str, agent: &str) -> Result<Outcome, HookError> {
-    let done = child::finish(spawned, limit).map_err(|e| match e {
-        RunError::Spawn(e) => spawn_error(what, agent, e),
+/// What the agent's run means: its stderr goes to slurmd's log; exit 0 is
+/// done, NOT_CLEAN from the epilog is a node that stays in service, and
+/// anything else (or no end within the limit) fails the hook.
+fn finish(
+    sp: &dyn Spank,
+    ran: Result<Finished, RunError>,
+    what: &str,
+    cfg: &PluginConfig,
+) -> Result<Outcome, HookError> {
+    let agent = cfg.agent.to_string_lossy();
+    let done = ran.map_err(|e| match e {
+        RunError::Spawn(e) => {
+            HookError(format!("syndeo: {what}: cannot run {agent}: {e} (is syndeo installed on this node?)"))
+        }
         RunError::TimedOut(l) => HookError(format!("syndeo: {what}: {agent} did not finish within {l:?}; killed it")),
         RunError::Wait(e) => HookError(format!("syndeo: {what}: waiting for {agent}: {e}")),
     })?;
     for line in done.stderr.lines().filter(|l| !l.trim().is_empty()) {
-        log_info(&format!("syndeo: {what}: {line}"));
+        sp.log_info(&format!("syndeo: {what}: {line}"));
     }
     match done.status.code() {
         Some(exit::OK) => Ok(Outcome::Done),
@@ -265,28 +199,155 @@ fn finish(spawned: std::process::Child, limit: Duration, what: &str, agent: &str
         _ => Err(HookError(format!("syndeo: {what} failed on this node ({}); see the lines above", done.status))),
     }
 }
-
 #[cfg(test)]
 mod tests {
+    use super::super::fake::{FakeNode, FakeSpank, Run, Script};
     use super::*;
+    use crate::spank::RunningConf;
 
-    fn helper(script: &str) -> std::process::Child {
-        Command::new("/bin/sh").args(["-c", script]).stdout(Stdio::piped()).spawn().unwrap()
+    const SPEC: &str = "/run/syndeo/.jobs/42/spec.json";
+    const JOB_DIR: &str = "/run/syndeo/42";
+
+    fn job_script(option: Option<Option<&str>>, conf: RunningConf) -> FakeSpank {
+        let mut sp = FakeSpank::new(Context::JobScript);
+        sp.option = option.map(|o| o.map(str::to_string));
+        sp.conf = conf;
+        sp
+    }
+
+    fn contain() -> RunningConf {
+        RunningConf { contain: true, ..RunningConf::default() }
+    }
+
+    fn node_with_env(vars: &[(&str, &str)]) -> FakeNode {
+        FakeNode { env: vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..FakeNode::default() }
     }
 
     #[test]
-    fn the_supervisor_pid_is_read_from_the_helper_with_a_timeout() {
-        let mut h = helper("echo supervisor 4242; sleep 1");
-        let said = supervisor_line(h.stdout.take().unwrap());
-        assert_eq!(said.recv_timeout(Duration::from_secs(5)), Ok(Some(4242)));
-        h.wait().unwrap();
-        let mut h = helper("exit 0");
-        assert_eq!(supervisor_line(h.stdout.take().unwrap()).recv_timeout(Duration::from_secs(5)), Ok(None));
-        h.wait().unwrap();
-        let mut h = helper("sleep 3");
-        let t = Instant::now();
-        assert!(supervisor_line(h.stdout.take().unwrap()).recv_timeout(Duration::from_millis(200)).is_err());
-        assert!(t.elapsed() < Duration::from_secs(2));
-        h.wait().unwrap();
+    fn prolog_leaves_a_job_without_syndeo_alone() {
+        let sp = job_script(None, contain());
+        let node = FakeNode::default();
+        prolog(&sp, &node).unwrap();
+        let node = node_with_env(&[("SPANK_SYNDEO_REQUEST", "")]);
+        prolog(&sp, &node).unwrap();
+        assert!(node.runs().is_empty());
+    }
+
+    #[test]
+    fn prolog_hands_ids_limits_image_and_node_addresses_to_agent_prolog() {
+        let conf = RunningConf { propagate: Some("NOFILE,core".into()), ..contain() };
+        let sp = job_script(Some(Some("/img/ray.sif")), conf);
+        let node = node_with_env(&[("SLURM_JOB_NODELIST", "n1,n2")]);
+        prolog(&sp, &node).unwrap();
+        let runs = node.runs();
+        assert_eq!(runs.len(), 1, "with an extern step the agent starts there, not here: {runs:?}");
+        let expected = "prolog --job=42 --uid=1000 --config /etc/syndeo/syndeo.toml --runtime-base /run/syndeo \
+                        --gid=100 --propagate=CORE,NOFILE --image=/img/ray.sif";
+        assert_eq!(runs[0].args.join(" "), expected);
+        assert_eq!(runs[0].input.as_deref(), Some(r#"{"n1":"10.0.0.1","n2":"10.0.0.2"}"#));
+    }
+
+    #[test]
+    fn prolog_of_an_sbatch_job_takes_syndeos_request_record_and_dash_means_the_site_image() {
+        let sp = job_script(None, contain());
+        let node = node_with_env(&[("SPANK_SYNDEO_REQUEST", "/img/a.sif")]);
+        prolog(&sp, &node).unwrap();
+        assert!(node.runs()[0].has("--image=/img/a.sif"));
+        let node = node_with_env(&[("SPANK_SYNDEO_REQUEST", "-")]);
+        prolog(&sp, &node).unwrap();
+        let runs = node.runs();
+        assert_eq!(runs[0].verb(), "prolog");
+        assert!(!runs[0].args.iter().any(|a| a.starts_with("--image")), "{runs:?}");
+    }
+
+    #[test]
+    fn prolog_starts_the_agent_itself_adopted_with_run_in_job_and_plain_without_an_extern_step() {
+        for (conf, adopt) in [(RunningConf { run_in_job: true, ..contain() }, true), (RunningConf::default(), false)] {
+            let sp = job_script(Some(None), conf);
+            let node = FakeNode::default();
+            prolog(&sp, &node).unwrap();
+            let runs = node.runs();
+            assert_eq!(runs.iter().map(Run::verb).collect::<Vec<_>>(), ["prolog", "start"]);
+            assert_eq!(runs[1].adopt, Some(adopt));
+            assert!(runs[1].has("--job=42") && runs[1].has("--uid=1000"));
+        }
+    }
+
+    #[test]
+    fn a_failed_agent_prolog_fails_the_hook_logs_its_stderr_and_starts_nothing() {
+        let sp = job_script(Some(None), RunningConf::default());
+        let node = FakeNode::default();
+        node.scripts.borrow_mut().push_back(Script::Exit(1, "FAIL: the runtime base is not root's\n\n"));
+        let e = prolog(&sp, &node).unwrap_err();
+        assert!(e.0.starts_with("syndeo: prolog failed on this node (exit status: 1)"), "{}", e.0);
+        assert_eq!(sp.logged("info").last().unwrap(), "syndeo: prolog: FAIL: the runtime base is not root's");
+        assert_eq!(node.runs().len(), 1);
+    }
+
+    #[test]
+    fn not_clean_is_a_failure_from_the_prolog_but_not_from_the_epilog() {
+        let sp = job_script(Some(None), contain());
+        let node = FakeNode::default();
+        node.scripts.borrow_mut().extend([Script::Exit(exit::NOT_CLEAN, ""), Script::Exit(exit::NOT_CLEAN, "")]);
+        assert!(prolog(&sp, &node).is_err());
+        epilog(&sp, &node).unwrap();
+        assert!(sp.logged("info").last().unwrap().contains("the node is not clean"), "{:?}", sp.logged("info"));
+    }
+
+    #[test]
+    fn a_missing_agent_binary_is_reported_as_syndeo_not_installed() {
+        let sp = job_script(Some(None), contain());
+        let node = FakeNode::default();
+        node.scripts.borrow_mut().push_back(Script::Missing);
+        let e = prolog(&sp, &node).unwrap_err();
+        assert!(e.0.starts_with("syndeo: prolog: cannot run /opt/syndeo-agent:"), "{}", e.0);
+        assert!(e.0.ends_with("(is syndeo installed on this node?)"), "{}", e.0);
+    }
+
+    #[test]
+    fn the_agent_gets_path_and_the_job_scripts_variables_and_nothing_else() {
+        let sp = job_script(Some(None), contain());
+        let vars = [("SLURM_JOB_USER", "ada"), ("SPANK_SYNDEO_UMASK", "0027"), ("LD_PRELOAD", "/tmp/evil.so")];
+        let node = node_with_env(&vars);
+        prolog(&sp, &node).unwrap();
+        let env = &node.runs()[0].env;
+        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(names, ["PATH", "SLURM_JOB_USER", "SPANK_SYNDEO_UMASK"]);
+        assert_eq!(env["PATH"], "/usr/sbin:/usr/bin:/sbin:/bin");
+    }
+
+    #[test]
+    fn epilog_cleans_up_a_job_whose_directory_exists_even_when_its_option_is_gone() {
+        let sp = job_script(None, contain());
+        let node = FakeNode::with_paths(&[JOB_DIR]);
+        epilog(&sp, &node).unwrap();
+        let runs = node.runs();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].verb(), "epilog");
+        assert_eq!(runs[0].input, None);
+        assert!(sp.logged("info").last().unwrap().contains("node clean in"));
+    }
+
+    #[test]
+    fn epilog_leaves_other_jobs_alone_and_fails_on_a_node_fault() {
+        let sp = job_script(None, contain());
+        let node = FakeNode::default();
+        epilog(&sp, &node).unwrap();
+        assert!(node.runs().is_empty());
+        let sp = job_script(Some(None), contain());
+        node.scripts.borrow_mut().push_back(Script::Exit(2, ""));
+        assert!(epilog(&sp, &node).unwrap_err().0.contains("epilog failed on this node"));
+    }
+
+    #[test]
+    fn prolog_and_epilog_run_only_in_the_job_script_context() {
+        for context in [Context::Remote, Context::Local, Context::Slurmd] {
+            let mut sp = job_script(Some(None), RunningConf::default());
+            sp.context = context;
+            let node = FakeNode::with_paths(&[JOB_DIR, SPEC]);
+            prolog(&sp, &node).unwrap();
+            epilog(&sp, &node).unwrap();
+            assert!(node.runs().is_empty(), "{context:?}");
+        }
     }
 }

@@ -7,12 +7,14 @@
 //! Once the options are parsed, a syndeo job also records the submitter's
 //! resource limits and umask in its SPANK environment: Slurm gives the job's
 //! tasks those, and the root side gives them to syndeo's processes too.
+use std::path::Path;
 use std::sync::Mutex;
 
 use syndeo_protocol::env::{OPTION_RECORD, REQUEST_RECORD, RLIMITS_RECORD, UMASK_RECORD};
 use syndeo_protocol::image::check_image_value;
 
-use crate::ffi::{Context, Spank};
+use crate::node::Node;
+use crate::spank::{Context, Spank};
 use crate::{HookError, HookResult};
 
 /// `--syndeo`'s value if this submit command was given it (Some(None):
@@ -28,11 +30,16 @@ fn given_here() -> Option<Option<String>> {
 /// `slurm_spank_init_post_opt`, at submit: the record of limits and umask;
 /// for sbatch and salloc, syndeo's record of the request in place of
 /// Slurm's ([`REQUEST_RECORD`]).
-pub fn init_post_opt(sp: &Spank) -> HookResult {
+pub fn init_post_opt(sp: &dyn Spank, node: &dyn Node) -> HookResult {
+    record(sp, node, given_here())
+}
+
+/// What `init_post_opt` records, given `--syndeo`'s value as the callback saw it.
+fn record(sp: &dyn Spank, node: &dyn Node, given: Option<Option<String>>) -> HookResult {
     if !matches!(sp.context(), Context::Local | Context::Allocator) {
         return Ok(());
     }
-    let Some(value) = given_here() else { return Ok(()) };
+    let Some(value) = given else { return Ok(()) };
     if sp.context() == Context::Allocator {
         sp.job_control_setenv(REQUEST_RECORD, value.as_deref().unwrap_or("-"))?;
         sp.job_control_unsetenv(OPTION_RECORD)?;
@@ -40,10 +47,10 @@ pub fn init_post_opt(sp: &Spank) -> HookResult {
         // this hook (spank_init_post_opt): salloc's shell would inherit it,
         // and every plain srun there would take it as --syndeo. sbatch and
         // salloc are single-threaded here.
-        std::env::remove_var(OPTION_RECORD);
+        node.remove_env(OPTION_RECORD);
     }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let status = node.read(Path::new("/proc/self/status"));
+    let limits = node.read(Path::new("/proc/self/limits"));
     sp.job_control_setenv(RLIMITS_RECORD, &rlimits_record(&limits))?;
     if let Some(umask) = status.lines().find_map(|l| l.strip_prefix("Umask:")) {
         sp.job_control_setenv(UMASK_RECORD, umask.trim())?;
@@ -92,7 +99,68 @@ pub fn option_given(value: Option<&str>, remote: bool) -> HookResult {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fake::{FakeNode, FakeSpank};
     use super::*;
+
+    /// A submit host whose /proc says: umask 0027, two limits.
+    fn submit_host() -> FakeNode {
+        let mut node = FakeNode::default();
+        node.files.insert("/proc/self/status".into(), "Name:\tsbatch\nUmask:\t0027\nState:\tR\n".into());
+        node.files.insert(
+            "/proc/self/limits".into(),
+            "Limit                     Soft Limit           Hard Limit           Units\n\
+             Max core file size        0                    unlimited            bytes\n\
+             Max open files            1024                 524288               files\n"
+                .into(),
+        );
+        node
+    }
+
+    fn control(sp: &FakeSpank, name: &str) -> Option<String> {
+        sp.control_env.borrow().get(name).cloned()
+    }
+
+    #[test]
+    fn sbatch_with_an_image_records_the_request_limits_and_umask_and_drops_slurms_own_record() {
+        let (sp, node) = (FakeSpank::new(Context::Allocator), submit_host());
+        sp.control_env.borrow_mut().insert(OPTION_RECORD.into(), "/img".into());
+        record(&sp, &node, Some(Some("/img".into()))).unwrap();
+        assert_eq!(control(&sp, REQUEST_RECORD).as_deref(), Some("/img"));
+        assert_eq!(control(&sp, OPTION_RECORD), None, "Slurm's record would make every srun a --syndeo one");
+        assert_eq!(*node.removed_env.borrow(), [OPTION_RECORD], "salloc's shell must not inherit it");
+        assert_eq!(control(&sp, RLIMITS_RECORD).as_deref(), Some("CORE=0:unlimited,NOFILE=1024:524288"));
+        assert_eq!(control(&sp, UMASK_RECORD).as_deref(), Some("0027"));
+    }
+
+    #[test]
+    fn syndeo_without_a_value_is_recorded_as_the_site_default_dash() {
+        let (sp, node) = (FakeSpank::new(Context::Allocator), submit_host());
+        record(&sp, &node, Some(None)).unwrap();
+        assert_eq!(control(&sp, REQUEST_RECORD).as_deref(), Some("-"));
+    }
+
+    #[test]
+    fn srun_with_syndeo_records_limits_and_umask_but_keeps_slurms_option_record() {
+        let (sp, node) = (FakeSpank::new(Context::Local), submit_host());
+        record(&sp, &node, Some(Some("/img".into()))).unwrap();
+        assert_eq!(control(&sp, REQUEST_RECORD), None, "srun's job carries Slurm's own record of the option");
+        assert!(node.removed_env.borrow().is_empty());
+        assert_eq!(control(&sp, UMASK_RECORD).as_deref(), Some("0027"));
+        assert!(control(&sp, RLIMITS_RECORD).is_some());
+    }
+
+    #[test]
+    fn nothing_is_recorded_without_syndeo_or_outside_the_submit_commands() {
+        let (sp, node) = (FakeSpank::new(Context::Allocator), submit_host());
+        record(&sp, &node, None).unwrap();
+        assert!(sp.control_env.borrow().is_empty());
+        for context in [Context::Remote, Context::JobScript, Context::Slurmd] {
+            let sp = FakeSpank::new(context);
+            record(&sp, &node, Some(Some("/img".into()))).unwrap();
+            assert!(sp.control_env.borrow().is_empty(), "{context:?}");
+        }
+        assert!(node.removed_env.borrow().is_empty());
+    }
 
     #[test]
     fn this_processes_limits_become_a_record_with_slurms_names() {
