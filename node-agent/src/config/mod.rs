@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn shipped_reference_config_parses() {
-        let text = include_str!("../../etc/syndeo.toml");
+        let text = include_str!("../../../etc/syndeo.toml");
         parse(text).unwrap();
     }
 
