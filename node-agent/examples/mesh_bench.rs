@@ -12,6 +12,7 @@ use anyhow::{bail, Result};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use node_agent::agent::launcher::NoopLauncher;
 use node_agent::agent::simulate::{self, Simulation};
+use node_agent::config::PortRange;
 
 fn main() -> Result<()> {
     let sizes: Vec<usize> = match std::env::args().nth(1) {
@@ -50,7 +51,7 @@ async fn one(n: usize) -> Result<(f64, u64)> {
         900_000 + n as u32,
         n,
         std::path::Path::new("/dev/shm"),
-        "46000-46999",
+        PortRange::new(46000, 46999).expect("a valid range"),
         Arc::new(NoopLauncher),
     )?;
     let took = sim.ready(t0, Duration::from_secs(120)).await.map_err(anyhow::Error::msg)?;

@@ -11,6 +11,7 @@ use super::launcher::Launcher;
 use super::lifecycle;
 use super::mesh::{CALLS_SERVED, VIEWS_SENT};
 use super::state::{NodeState, Shared};
+use crate::config::PortRange;
 use crate::job::simulated_spec;
 
 /// N agents started together; their job directories go when it is dropped.
@@ -31,7 +32,7 @@ impl Simulation {
         job_id: u32,
         n: usize,
         base: &Path,
-        mesh_ports: &str,
+        mesh_ports: PortRange,
         launcher: Arc<dyn Launcher>,
     ) -> std::io::Result<Simulation> {
         let dir = base.join(format!("syndeo-sim-{}-{job_id}", std::process::id()));
@@ -43,7 +44,7 @@ impl Simulation {
             let mut spec = simulated_spec(job_id, &refs, i);
             spec.job_dir = dir.join(i.to_string());
             spec.temp_dir = spec.job_dir.clone();
-            spec.config.mesh_ports = mesh_ports.into();
+            spec.config.mesh_ports = mesh_ports;
             spec.config.startup_timeout = 120;
             spec.config.head_timeout = 5;
             std::fs::create_dir_all(&spec.job_dir)?;
@@ -157,9 +158,14 @@ mod tests {
         }
     }
 
+    fn ports(low: u16, high: u16) -> PortRange {
+        PortRange::new(low, high).unwrap()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn three_simulated_nodes_elect_the_first_and_all_get_ready() {
-        let sim = Simulation::start(5101, 3, &std::env::temp_dir(), "47200-47299", Arc::new(NoopLauncher)).unwrap();
+        let sim =
+            Simulation::start(5101, 3, &std::env::temp_dir(), ports(47200, 47299), Arc::new(NoopLauncher)).unwrap();
         sim.ready(Instant::now(), Duration::from_secs(30)).await.unwrap();
         let roles: Vec<Role> = sim.agents.iter().map(|a| a.role.borrow().clone()).collect();
         let head = node_name(0);
@@ -173,7 +179,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_head_whose_ray_fails_before_ready_steps_down_and_the_others_elect_again() {
         let launcher = Arc::new(FirstStartFails { failing: node_name(0), launches: Mutex::default() });
-        let sim = Simulation::start(5102, 3, &std::env::temp_dir(), "47300-47399", launcher.clone()).unwrap();
+        let sim = Simulation::start(5102, 3, &std::env::temp_dir(), ports(47300, 47399), launcher.clone()).unwrap();
         sim.ready(Instant::now(), Duration::from_secs(30)).await.unwrap();
         let next = node_name(1);
         let roles: Vec<Role> = sim.agents.iter().map(|a| a.role.borrow().clone()).collect();
