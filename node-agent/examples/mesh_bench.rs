@@ -4,7 +4,8 @@
 //! size, the time until every agent sees the cluster ready and the mesh
 //! messages per node.
 //!
-//!   cargo run --release --example mesh_bench -- [N,N,...]   (default 64,256,1024,4096)
+//!   cargo run --release -p node-agent --features simulation --example mesh_bench -- [N,N,...]
+//!   (default 64,256,1024,4096)
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

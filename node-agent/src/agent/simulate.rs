@@ -1,15 +1,15 @@
 //! Simulated nodes: the real lifecycles of N nodes' agents (election, mesh,
 //! cluster view, reports) in one process, each on its own loopback address
 //! (127.10.x.y), with a launcher that stands in for Ray. The mesh-scale
-//! benchmark (`examples/mesh_bench.rs`) and the roles' unit tests use it.
+//! benchmark (`examples/mesh_bench.rs`) and the roles' unit tests use it;
+//! it is built only with the `simulation` feature (and for unit tests).
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::launcher::Launcher;
 use super::lifecycle;
-use super::mesh::{CALLS_SERVED, VIEWS_SENT};
+use super::mesh::counters;
 use super::state::{NodeState, Shared};
 use crate::config::PortRange;
 use crate::job::simulated_spec;
@@ -84,12 +84,12 @@ impl Drop for Simulation {
 
 /// Mesh calls served plus cluster views streamed, in this process.
 pub fn messages() -> u64 {
-    CALLS_SERVED.load(Ordering::Relaxed) + VIEWS_SENT.load(Ordering::Relaxed)
+    counters::messages()
 }
 
+/// Starts the count of `messages` again from 0.
 pub fn reset_messages() {
-    CALLS_SERVED.store(0, Ordering::Relaxed);
-    VIEWS_SENT.store(0, Ordering::Relaxed);
+    counters::reset();
 }
 
 #[cfg(test)]
