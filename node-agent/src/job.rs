@@ -131,6 +131,7 @@ impl JobSpec {
 
 /// A job spec for simulated nodes (unit tests, the mesh benchmark): `nodes`
 /// in list order, this node at `index`, and the site's defaults.
+#[cfg(any(test, feature = "simulation"))]
 pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
     let job = job_id.to_string();
     JobSpec {
