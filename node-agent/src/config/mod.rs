@@ -3,9 +3,11 @@
 //! resolved values into the job's spec; agents never read the file again.
 //! Values with a form of their own are parsed here, once, into their types
 //! (`port_range`, `bind`, `optional_path`); nothing later parses them again.
+//! The rules across values (bounds, absolute paths) are in `rules`.
 mod bind;
 mod optional_path;
 mod port_range;
+mod rules;
 
 use std::path::{Path, PathBuf};
 
@@ -162,58 +164,8 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid { path: path.into(), message };
         let c: Config = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
-        c.check_mesh_ports_privileged().map_err(invalid)?;
-        for (name, p) in [("temp_base", &c.temp_base), ("shm_base", &c.shm_base), ("site_key", &c.site_key)] {
-            if !p.is_absolute() {
-                return Err(invalid(format!("{name} must be an absolute path, got {}", p.display())));
-            }
-        }
-        if c.startup_timeout == 0 || c.head_timeout == 0 {
-            return Err(invalid("startup_timeout and head_timeout must be at least 1 second".into()));
-        }
-        // Every wait root makes has an upper bound.
-        for (name, v, max) in [
-            ("startup_timeout", c.startup_timeout, 3600),
-            ("head_timeout", c.head_timeout, 600),
-            // The epilog's whole budget is 120 s (root/budget.rs).
-            ("stop_grace", c.stop_grace, 30),
-        ] {
-            if v > max {
-                return Err(invalid(format!("{name} = {v} is over its limit of {max} seconds")));
-            }
-        }
-        if c.stop_grace == 0 {
-            return Err(invalid("stop_grace must be at least 1 second".into()));
-        }
-        if !(4..=4096).contains(&c.runtime_dir_mb) {
-            return Err(invalid(format!("runtime_dir_mb must be 4 to 4096, got {}", c.runtime_dir_mb)));
-        }
-        if c.object_store_mb < 80 {
-            return Err(invalid("object_store_mb must be at least 80 (Ray's minimum)".into()));
-        }
-        c.check_metrics().map_err(invalid)?;
+        rules::check(&c).map_err(invalid)?;
         Ok(c)
-    }
-
-    /// `metrics_sd_dir`: empty, or an absolute path with no `..` that is
-    /// not `/`; the hosts: empty, or an http(s) URL with nothing odd in it.
-    fn check_metrics(&self) -> Result<(), String> {
-        let d = &self.metrics_sd_dir;
-        let dotdot = d.components().any(|c| c == std::path::Component::ParentDir);
-        if !d.as_os_str().is_empty() && (!d.is_absolute() || dotdot || d.parent().is_none()) {
-            return Err(format!(
-                "metrics_sd_dir must be empty or an absolute directory other than /, got {}",
-                d.display()
-            ));
-        }
-        for (name, url) in [("prometheus_host", &self.prometheus_host), ("grafana_host", &self.grafana_host)] {
-            let plain = url.len() <= 512 && url.chars().all(|c| c.is_ascii_graphic());
-            let scheme = ["http://", "https://"].iter().any(|s| url.strip_prefix(s).is_some_and(|r| !r.is_empty()));
-            if !(url.is_empty() || plain && scheme) {
-                return Err(format!("{name} must be empty or an http:// or https:// URL, got {url:?}"));
-            }
-        }
-        Ok(())
     }
 
     /// Ray's environment from `prometheus_host` and `grafana_host`, for the
@@ -224,17 +176,6 @@ impl Config {
             .filter(|(_, v)| !v.is_empty())
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect()
-    }
-
-    /// The site's mesh ports are privileged: root binds them for the agents.
-    fn check_mesh_ports_privileged(&self) -> Result<(), String> {
-        if self.mesh_ports.high() <= 1023 {
-            return Ok(());
-        }
-        Err(format!(
-            "mesh_ports must be privileged ports (HIGH <= 1023), which no user can squat; got \"{}\"",
-            self.mesh_ports
-        ))
     }
 
     /// The size of a job's shared-memory tmpfs (see `shm_mb`).
