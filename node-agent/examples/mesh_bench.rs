@@ -4,7 +4,8 @@
 //! size, the time until every agent sees the cluster ready and the mesh
 //! messages per node.
 //!
-//!   cargo run --release --example mesh_bench -- [N,N,...]   (default 64,256,1024,4096)
+//!   cargo run --release -p node-agent --features simulation --example mesh_bench -- [N,N,...]
+//!   (default 64,256,1024,4096)
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use anyhow::{bail, Result};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use node_agent::agent::launcher::NoopLauncher;
 use node_agent::agent::simulate::{self, Simulation};
+use node_agent::config::PortRange;
 
 fn main() -> Result<()> {
     let sizes: Vec<usize> = match std::env::args().nth(1) {
@@ -50,7 +52,7 @@ async fn one(n: usize) -> Result<(f64, u64)> {
         900_000 + n as u32,
         n,
         std::path::Path::new("/dev/shm"),
-        "46000-46999",
+        PortRange::new(46000, 46999).expect("a valid range"),
         Arc::new(NoopLauncher),
     )?;
     let took = sim.ready(t0, Duration::from_secs(120)).await.map_err(anyhow::Error::msg)?;

@@ -113,24 +113,25 @@ impl JobSpec {
 
     /// The image to use, or a message for the user.
     pub fn image_path(&self) -> Result<PathBuf, String> {
-        match (&self.image, self.config.default_image.as_str()) {
+        match (&self.image, &self.config.default_image) {
             (Some(i), _) => Ok(i.into()),
-            (None, "") => Err("--syndeo was given without an image and this site sets no default_image; \
+            (None, None) => Err("--syndeo was given without an image and this site sets no default_image; \
                                use --syndeo=/path/to/image"
                 .into()),
-            (None, d) => Ok(d.into()),
+            (None, Some(d)) => Ok(d.clone()),
         }
     }
 
     /// Ports this job's agents may listen on, in the order peers try them.
     /// Derived from the job id, so every node computes the same list.
     pub fn mesh_ports(&self) -> Vec<u16> {
-        mesh_ports(self.job_id, self.config.mesh_port_range().unwrap_or((600, 999)))
+        mesh_ports(self.job_id, self.config.mesh_ports.bounds())
     }
 }
 
 /// A job spec for simulated nodes (unit tests, the mesh benchmark): `nodes`
 /// in list order, this node at `index`, and the site's defaults.
+#[cfg(any(test, feature = "simulation"))]
 pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
     let job = job_id.to_string();
     JobSpec {

@@ -21,7 +21,7 @@ use super::ray::{self, NodePorts};
 use super::ray_version::ImageRay;
 use crate::fault::Fault;
 use crate::job::JobSpec;
-use crate::runtime::{self, Bind, ContainerRuntime};
+use crate::runtime::{self, ContainerRuntime};
 
 /// syndeo's launcher script, run by path inside the container.
 pub const LAUNCHER_SCRIPT: &str = include_str!("launcher.py");
@@ -58,8 +58,7 @@ fn check_node(spec: &JobSpec, runtime: &dyn ContainerRuntime) -> Result<PathBuf,
             spec.node
         )));
     }
-    let binds = spec.config.extra_binds.iter().filter_map(|b| Bind::parse(b).ok());
-    if let Some(bad) = binds.into_iter().find(|b| !b.src.exists()) {
+    if let Some(bad) = spec.config.extra_binds.iter().find(|b| !b.src.exists()) {
         return Err(Fault::node(format!("extra bind {} does not exist on {}", bad.src.display(), spec.node)));
     }
     Ok(image)

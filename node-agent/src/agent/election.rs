@@ -120,6 +120,7 @@ mod tests {
 
     use super::*;
     use crate::agent::launcher::NoopLauncher;
+    use crate::config::PortRange;
     use crate::job::simulated_spec;
 
     /// Real agents' meshes on loopback addresses (127.0.0.2-4 as three nodes).
@@ -132,7 +133,7 @@ mod tests {
             .map(|i| {
                 let mut spec = simulated_spec(4242, &nodes, i);
                 spec.config.head_timeout = 1;
-                spec.config.mesh_ports = "47000-47099".into();
+                spec.config.mesh_ports = PortRange::new(47000, 47099).unwrap();
                 Arc::new(Shared::new(spec, &"t".repeat(64), Arc::new(NoopLauncher)).unwrap())
             })
             .collect();
@@ -170,7 +171,7 @@ mod tests {
             .map(|i| {
                 let mut spec = simulated_spec(4343, &nodes, i);
                 spec.config.head_timeout = 30;
-                spec.config.mesh_ports = "47100-47199".into();
+                spec.config.mesh_ports = PortRange::new(47100, 47199).unwrap();
                 Arc::new(Shared::new(spec, &"t".repeat(64), Arc::new(NoopLauncher)).unwrap())
             })
             .collect();

@@ -1,8 +1,9 @@
 //! The seam between the agent's logic and the world: how this node's Ray
 //! comes to be. [`container::ContainerLauncher`](super::container) starts the
-//! real container with syndeo's launcher script; [`NoopLauncher`] stands in
+//! real container with syndeo's launcher script; `NoopLauncher` stands in
 //! for it where only the mesh and the roles matter (the mesh benchmark, unit
-//! tests), and answers at once.
+//! tests; built only for those, with the `simulation` feature), and answers
+//! at once.
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -81,10 +82,14 @@ pub trait Launcher: Send + Sync {
 }
 
 /// Stands in for Ray: no process; ready at once, and `ray start` succeeds.
+/// For simulated nodes and unit tests only (feature `simulation`).
+#[cfg(any(test, feature = "simulation"))]
 pub struct NoopLauncher;
 
+#[cfg(any(test, feature = "simulation"))]
 struct NoopRay(mpsc::Sender<Event>);
 
+#[cfg(any(test, feature = "simulation"))]
 impl RayNode for NoopRay {
     fn loaded(&mut self) -> BoxFuture<'_, Option<ImageRay>> {
         async { Some(ImageRay::stand_in()) }.boxed()
@@ -99,6 +104,7 @@ impl RayNode for NoopRay {
     }
 }
 
+#[cfg(any(test, feature = "simulation"))]
 impl Launcher for NoopLauncher {
     fn launch(&self, spec: &JobSpec, _: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
         let (tx, events) = mpsc::channel(4);

@@ -22,6 +22,8 @@ mod part;
 pub mod ports;
 pub mod ray;
 pub mod ray_version;
+/// Simulated nodes for the mesh benchmark: not in a production build.
+#[cfg(any(test, feature = "simulation"))]
 pub mod simulate;
 mod state;
 mod view;

@@ -83,8 +83,7 @@ const BLOCK: usize = 10;
 
 impl PortSource {
     pub fn for_job(spec: &JobSpec) -> Result<PortSource> {
-        let range = spec.config.ray_port_range().map_err(anyhow::Error::msg)?;
-        Ok(PortSource::new(range, ephemeral_range(), spec.job_id))
+        Ok(PortSource::new(spec.config.ray_ports.bounds(), ephemeral_range(), spec.job_id))
     }
 
     pub fn new((lo, hi): (u16, u16), ephemeral: Option<(u16, u16)>, job_id: u32) -> PortSource {

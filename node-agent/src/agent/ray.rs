@@ -8,8 +8,9 @@ use anyhow::Result;
 use syndeo_protocol::env::JOB_MARKER;
 
 use super::ports::{Holds, PortSource};
+use crate::config::Bind;
 use crate::job::JobSpec;
-use crate::runtime::{Bind, ContainerSpec};
+use crate::runtime::ContainerSpec;
 
 /// A node's Ray ports, held (see `ports.rs`) until the agent ends. Ray
 /// would pick the two agents' ports itself, free them and bind them later:
@@ -180,7 +181,7 @@ pub fn job_binds(spec: &JobSpec, cwd: &Path) -> Vec<Bind> {
             b.push(Bind::rw(w));
         }
     }
-    b.extend(spec.config.extra_binds.iter().filter_map(|s| Bind::parse(s).ok()));
+    b.extend(spec.config.extra_binds.iter().cloned());
     b
 }
 

@@ -78,6 +78,7 @@ pub struct ImageRay {
 
 impl ImageRay {
     /// What the stand-in launcher reports: the newest tier, every flag.
+    #[cfg(any(test, feature = "simulation"))]
     pub fn stand_in() -> ImageRay {
         ImageRay { ray: "2.60.0".into(), python: "3.11.2".into(), flags: None, preload: None, dashboard: None }
     }

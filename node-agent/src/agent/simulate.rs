@@ -1,16 +1,17 @@
 //! Simulated nodes: the real lifecycles of N nodes' agents (election, mesh,
 //! cluster view, reports) in one process, each on its own loopback address
 //! (127.10.x.y), with a launcher that stands in for Ray. The mesh-scale
-//! benchmark (`examples/mesh_bench.rs`) and the roles' unit tests use it.
+//! benchmark (`examples/mesh_bench.rs`) and the roles' unit tests use it;
+//! it is built only with the `simulation` feature (and for unit tests).
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::launcher::Launcher;
 use super::lifecycle;
-use super::mesh::{CALLS_SERVED, VIEWS_SENT};
+use super::mesh::counters;
 use super::state::{NodeState, Shared};
+use crate::config::PortRange;
 use crate::job::simulated_spec;
 
 /// N agents started together; their job directories go when it is dropped.
@@ -31,7 +32,7 @@ impl Simulation {
         job_id: u32,
         n: usize,
         base: &Path,
-        mesh_ports: &str,
+        mesh_ports: PortRange,
         launcher: Arc<dyn Launcher>,
     ) -> std::io::Result<Simulation> {
         let dir = base.join(format!("syndeo-sim-{}-{job_id}", std::process::id()));
@@ -43,7 +44,7 @@ impl Simulation {
             let mut spec = simulated_spec(job_id, &refs, i);
             spec.job_dir = dir.join(i.to_string());
             spec.temp_dir = spec.job_dir.clone();
-            spec.config.mesh_ports = mesh_ports.into();
+            spec.config.mesh_ports = mesh_ports;
             spec.config.startup_timeout = 120;
             spec.config.head_timeout = 5;
             std::fs::create_dir_all(&spec.job_dir)?;
@@ -83,12 +84,12 @@ impl Drop for Simulation {
 
 /// Mesh calls served plus cluster views streamed, in this process.
 pub fn messages() -> u64 {
-    CALLS_SERVED.load(Ordering::Relaxed) + VIEWS_SENT.load(Ordering::Relaxed)
+    counters::messages()
 }
 
+/// Starts the count of `messages` again from 0.
 pub fn reset_messages() {
-    CALLS_SERVED.store(0, Ordering::Relaxed);
-    VIEWS_SENT.store(0, Ordering::Relaxed);
+    counters::reset();
 }
 
 #[cfg(test)]
@@ -157,9 +158,14 @@ mod tests {
         }
     }
 
+    fn ports(low: u16, high: u16) -> PortRange {
+        PortRange::new(low, high).unwrap()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn three_simulated_nodes_elect_the_first_and_all_get_ready() {
-        let sim = Simulation::start(5101, 3, &std::env::temp_dir(), "47200-47299", Arc::new(NoopLauncher)).unwrap();
+        let sim =
+            Simulation::start(5101, 3, &std::env::temp_dir(), ports(47200, 47299), Arc::new(NoopLauncher)).unwrap();
         sim.ready(Instant::now(), Duration::from_secs(30)).await.unwrap();
         let roles: Vec<Role> = sim.agents.iter().map(|a| a.role.borrow().clone()).collect();
         let head = node_name(0);
@@ -173,7 +179,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_head_whose_ray_fails_before_ready_steps_down_and_the_others_elect_again() {
         let launcher = Arc::new(FirstStartFails { failing: node_name(0), launches: Mutex::default() });
-        let sim = Simulation::start(5102, 3, &std::env::temp_dir(), "47300-47399", launcher.clone()).unwrap();
+        let sim = Simulation::start(5102, 3, &std::env::temp_dir(), ports(47300, 47399), launcher.clone()).unwrap();
         sim.ready(Instant::now(), Duration::from_secs(30)).await.unwrap();
         let next = node_name(1);
         let roles: Vec<Role> = sim.agents.iter().map(|a| a.role.borrow().clone()).collect();

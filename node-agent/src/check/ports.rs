@@ -29,9 +29,7 @@ fn overlap((lo, hi): (u32, u32), (elo, ehi): (u32, u32)) -> u32 {
 
 pub fn ray_ports(node: &dyn NodeFacts, c: &Config) -> Check {
     const NAME: &str = "ray-ports";
-    let Ok((lo, hi)) = c.ray_port_range() else {
-        return Check::fail(NAME, format!("ray_ports = {:?} is invalid", c.ray_ports), "see syndeo.toml(5)");
-    };
+    let (lo, hi) = c.ray_ports.bounds();
     let (elo, ehi) = match read_numbers(node, LOCAL_PORT_RANGE).as_deref() {
         Ok([a, b]) => (*a, *b),
         Ok(_) => return Check::warn(NAME, format!("{LOCAL_PORT_RANGE} is not two numbers"), "check the kernel"),
@@ -65,9 +63,7 @@ fn ray_fix(elo: u32, ehi: u32) -> String {
 
 pub fn mesh_ports(node: &dyn NodeFacts, c: &Config) -> Check {
     const NAME: &str = "mesh-ports";
-    let Ok((lo, hi)) = c.mesh_port_range() else {
-        return Check::fail(NAME, format!("mesh_ports = {:?} is invalid", c.mesh_ports), "see syndeo.toml(5)");
-    };
+    let (lo, hi) = c.mesh_ports.bounds();
     let start = match read_numbers(node, UNPRIVILEGED_PORT_START).as_deref() {
         Ok([s]) => *s,
         Ok(_) => return Check::warn(NAME, format!("{UNPRIVILEGED_PORT_START} is not a number"), "check the kernel"),
@@ -94,7 +90,8 @@ mod tests {
     use super::*;
 
     fn ray(range: &str) -> Check {
-        ray_ports(&FakeNode::healthy(), &Config { ray_ports: range.into(), ..Config::default() })
+        let range = crate::config::PortRange::parse(range).unwrap();
+        ray_ports(&FakeNode::healthy(), &Config { ray_ports: range, ..Config::default() })
     }
 
     #[test]

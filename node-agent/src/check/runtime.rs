@@ -42,7 +42,7 @@ pub fn checks(node: &dyn NodeFacts, c: &Config, user: &ProbeUser) -> Vec<Check> 
         return both_fail(detail, &format!("chown root:root {b}; chmod 0755 {b}"));
     }
     let image = match c.runtime {
-        RuntimeKind::Apptainer if !c.default_image.is_empty() => Some(PathBuf::from(&c.default_image)),
+        RuntimeKind::Apptainer => c.default_image.clone(),
         _ => None,
     };
     let req = ProbeRequest::Runtime { kind: c.runtime, binary: bin.clone(), image: image.clone() };
@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn apptainer_with_a_default_image_starts_it() {
         let node = FakeNode::healthy();
-        let c = Config { default_image: "/shared/ray.sif".into(), ..Config::default() };
+        let c = Config { default_image: Some("/shared/ray.sif".into()), ..Config::default() };
         run(&node, &c);
         let asked = node.probes.borrow();
         assert!(

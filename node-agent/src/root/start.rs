@@ -169,7 +169,7 @@ struct Busy(String);
 /// users could squat them.
 fn bind_mesh(spec: &JobSpec) -> std::result::Result<OwnedFd, Busy> {
     let ip = node_ip(spec).map_err(|e| Busy(format!("{e:#}")))?;
-    let (_, high) = spec.config.mesh_port_range().map_err(Busy)?;
+    let high = spec.config.mesh_ports.high();
     if let Ok(start) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start") {
         if start.trim().parse::<u16>().is_ok_and(|s| s <= high) {
             return Err(Busy(format!(

@@ -27,7 +27,8 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{gpu_binds, Bind, ContainerRuntime, ContainerSpec};
+use super::{gpu_binds, ContainerRuntime, ContainerSpec};
+use crate::config::Bind;
 use crate::fault::Fault;
 
 pub struct Apptainer {
@@ -154,7 +155,7 @@ impl Apptainer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Bind;
+    use crate::config::Bind;
 
     fn ray_spec() -> ContainerSpec {
         ContainerSpec {

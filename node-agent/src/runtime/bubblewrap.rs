@@ -103,7 +103,7 @@ impl ContainerRuntime for Bubblewrap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Bind;
+    use crate::config::Bind;
 
     fn fake_image() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();

@@ -16,42 +16,8 @@ use std::path::{Path, PathBuf};
 pub use apptainer::Apptainer;
 pub use bubblewrap::Bubblewrap;
 
-use crate::config::{Config, RuntimeKind};
+use crate::config::{Bind, Config, RuntimeKind};
 use crate::fault::Fault;
-
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Bind {
-    pub src: PathBuf,
-    pub dst: PathBuf,
-    pub ro: bool,
-}
-
-impl Bind {
-    pub fn rw(p: impl Into<PathBuf>) -> Bind {
-        let p = p.into();
-        Bind { src: p.clone(), dst: p, ro: false }
-    }
-
-    /// "SRC[:DST[:ro|rw]]" with absolute paths.
-    pub fn parse(s: &str) -> Result<Bind, String> {
-        let parts: Vec<&str> = s.split(':').collect();
-        let (src, dst, mode) = match parts.as_slice() {
-            [src] => (*src, *src, "rw"),
-            [src, dst] => (*src, *dst, "rw"),
-            [src, dst, mode] => (*src, *dst, *mode),
-            _ => return Err(format!("extra_binds entry \"{s}\" is not SRC[:DST[:ro]]")),
-        };
-        if !src.starts_with('/') || !dst.starts_with('/') {
-            return Err(format!("extra_binds entry \"{s}\" needs absolute paths"));
-        }
-        let ro = match mode {
-            "ro" => true,
-            "rw" => false,
-            _ => return Err(format!("extra_binds entry \"{s}\": mode must be ro or rw")),
-        };
-        Ok(Bind { src: src.into(), dst: dst.into(), ro })
-    }
-}
 
 /// What to run in the image and how.
 #[derive(Debug, Clone, Default)]
@@ -197,16 +163,6 @@ pub fn gpu_binds(devices: &[PathBuf]) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bind_forms_parse() {
-        assert_eq!(Bind::parse("/data").unwrap(), Bind::rw("/data"));
-        let b = Bind::parse("/scratch/x:/x:ro").unwrap();
-        assert_eq!((b.src, b.dst, b.ro), ("/scratch/x".into(), "/x".into(), true));
-        assert!(Bind::parse("data").is_err());
-        assert!(Bind::parse("/a:/b:maybe").is_err());
-        assert!(Bind::parse("/a:/b:ro:x").is_err());
-    }
 
     #[test]
     fn an_image_others_can_write_is_refused_naming_it() {

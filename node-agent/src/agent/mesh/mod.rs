@@ -8,12 +8,12 @@
 // tonic's handlers and streams return `tonic::Status`, which is large.
 #![allow(clippy::result_large_err)]
 pub mod admit;
+pub mod counters;
 pub mod tls;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,11 +39,6 @@ pub mod pb {
 use pb::join_reply::Role as PbRole;
 use pb::mesh_client::MeshClient;
 use pb::mesh_server::{Mesh, MeshServer};
-
-/// Calls this process's mesh servers answered, and cluster views they sent
-/// on Watch streams: the mesh-scale benchmark's message count.
-pub static CALLS_SERVED: AtomicU64 = AtomicU64::new(0);
-pub static VIEWS_SENT: AtomicU64 = AtomicU64::new(0);
 
 /// The largest request an authenticated peer may send (they are a few
 /// dozen bytes).
@@ -98,7 +93,7 @@ impl MeshService {
     /// The peer proved it is one of this job's agents (TLS); a call for
     /// another job id is a bug or a confusion, refused all the same.
     fn check(&self, job_id: u32, node: &str) -> Result<(), Status> {
-        CALLS_SERVED.fetch_add(1, Ordering::Relaxed);
+        counters::call_served();
         if job_id != self.shared.spec.job_id {
             warn!(claimed_job = job_id, claimed_node = node, "refused a mesh call for another job");
             return Err(Status::permission_denied("not this job's agent"));
@@ -138,7 +133,7 @@ impl Mesh for MeshService {
         // Each worker gets its own memory entry (from the head's full view).
         let (shared, node) = (self.shared.clone(), r.node.clone());
         let s = WatchStream::new(self.shared.broadcast.subscribe()).map(move |mut v| {
-            VIEWS_SENT.fetch_add(1, Ordering::Relaxed);
+            counters::view_sent();
             if let Some(&mb) = shared.view.borrow().memory_mb.get(&node) {
                 v.memory_mb.insert(node.clone(), mb);
             }

@@ -1,10 +1,21 @@
 //! The site configuration, `/etc/syndeo/syndeo.toml` (see etc/syndeo.toml for
 //! the annotated reference). Read by the root prolog, which copies the
 //! resolved values into the job's spec; agents never read the file again.
+//! Values with a form of their own are parsed here, once, into their types
+//! (`port_range`, `bind`, `optional_path`); nothing later parses them again.
+//! The rules across values (bounds, absolute paths) are in `rules`.
+mod bind;
+mod optional_path;
+mod port_range;
+mod rules;
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+pub use bind::Bind;
+pub use port_range::PortRange;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -30,20 +41,26 @@ pub struct Config {
     pub apptainer: PathBuf,
     /// Path of the bwrap binary.
     pub bwrap: PathBuf,
-    /// Image used by `--syndeo` without `=IMAGE`; empty: none, the user must name one.
-    pub default_image: String,
+    /// Image used by `--syndeo` without `=IMAGE`; None (`""` in the file):
+    /// none, the user must name one.
+    #[serde(with = "optional_path")]
+    pub default_image: Option<PathBuf>,
     /// When not empty, images must lie under one of these directories.
     pub allowed_image_dirs: Vec<PathBuf>,
     /// Ports the node agents listen on for each other, "LOW-HIGH": below
     /// 1024, so that root binds them for the agents and no user can squat
     /// them (net.ipv4.ip_unprivileged_port_start must stay above HIGH).
-    pub mesh_ports: String,
+    /// A site's file must name privileged ports (checked in `parse`);
+    /// simulated nodes use unprivileged ones.
+    #[serde(deserialize_with = "port_range::deserialize_mesh_ports")]
+    pub mesh_ports: PortRange,
     /// Ports for Ray's fixed listeners (GCS, dashboard, client server,
     /// dashboard agent, metrics), "LOW-HIGH", picked free per node. Kept out
     /// of the kernel's ephemeral range (net.ipv4.ip_local_port_range), from
     /// which no connection and no bind to port 0 can take a picked port
-    /// before Ray binds it.
-    pub ray_ports: String,
+    /// before Ray binds it. At least 64 ports, from 1024 up.
+    #[serde(deserialize_with = "port_range::deserialize_ray_ports")]
+    pub ray_ports: PortRange,
     /// Seconds from job start until the cluster must be ready.
     pub startup_timeout: u64,
     /// Seconds a node waits for a lower-ranked node's agent before passing over it.
@@ -60,8 +77,8 @@ pub struct Config {
     pub network: Vec<crate::network::NetworkRule>,
     /// Ray object store size per node, in MiB.
     pub object_store_mb: u64,
-    /// Extra bind mounts, "SRC[:DST[:ro]]".
-    pub extra_binds: Vec<String>,
+    /// Extra bind mounts, "SRC[:DST[:ro]]" in the file.
+    pub extra_binds: Vec<Bind>,
     /// Root-owned parents of the per-job Ray temp dir and /dev/shm dir.
     pub temp_base: PathBuf,
     pub shm_base: PathBuf,
@@ -109,10 +126,10 @@ impl Default for Config {
             runtime: RuntimeKind::Apptainer,
             apptainer: "/usr/bin/apptainer".into(),
             bwrap: "/usr/bin/bwrap".into(),
-            default_image: String::new(),
+            default_image: None,
             allowed_image_dirs: vec![],
-            mesh_ports: "600-999".into(),
-            ray_ports: "20000-32767".into(),
+            mesh_ports: port_range::DEFAULT_MESH_PORTS,
+            ray_ports: port_range::DEFAULT_RAY_PORTS,
             startup_timeout: 300,
             head_timeout: 20,
             min_nodes: 0,
@@ -147,62 +164,8 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid { path: path.into(), message };
         let c: Config = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
-        c.check_mesh_ports_privileged().map_err(invalid)?;
-        c.ray_port_range().map_err(invalid)?;
-        for (name, p) in [("temp_base", &c.temp_base), ("shm_base", &c.shm_base), ("site_key", &c.site_key)] {
-            if !p.is_absolute() {
-                return Err(invalid(format!("{name} must be an absolute path, got {}", p.display())));
-            }
-        }
-        if c.startup_timeout == 0 || c.head_timeout == 0 {
-            return Err(invalid("startup_timeout and head_timeout must be at least 1 second".into()));
-        }
-        // Every wait root makes has an upper bound.
-        for (name, v, max) in [
-            ("startup_timeout", c.startup_timeout, 3600),
-            ("head_timeout", c.head_timeout, 600),
-            // The epilog's whole budget is 120 s (root/budget.rs).
-            ("stop_grace", c.stop_grace, 30),
-        ] {
-            if v > max {
-                return Err(invalid(format!("{name} = {v} is over its limit of {max} seconds")));
-            }
-        }
-        if c.stop_grace == 0 {
-            return Err(invalid("stop_grace must be at least 1 second".into()));
-        }
-        if !(4..=4096).contains(&c.runtime_dir_mb) {
-            return Err(invalid(format!("runtime_dir_mb must be 4 to 4096, got {}", c.runtime_dir_mb)));
-        }
-        if c.object_store_mb < 80 {
-            return Err(invalid("object_store_mb must be at least 80 (Ray's minimum)".into()));
-        }
-        for b in &c.extra_binds {
-            crate::runtime::Bind::parse(b).map_err(invalid)?;
-        }
-        c.check_metrics().map_err(invalid)?;
+        rules::check(&c).map_err(invalid)?;
         Ok(c)
-    }
-
-    /// `metrics_sd_dir`: empty, or an absolute path with no `..` that is
-    /// not `/`; the hosts: empty, or an http(s) URL with nothing odd in it.
-    fn check_metrics(&self) -> Result<(), String> {
-        let d = &self.metrics_sd_dir;
-        let dotdot = d.components().any(|c| c == std::path::Component::ParentDir);
-        if !d.as_os_str().is_empty() && (!d.is_absolute() || dotdot || d.parent().is_none()) {
-            return Err(format!(
-                "metrics_sd_dir must be empty or an absolute directory other than /, got {}",
-                d.display()
-            ));
-        }
-        for (name, url) in [("prometheus_host", &self.prometheus_host), ("grafana_host", &self.grafana_host)] {
-            let plain = url.len() <= 512 && url.chars().all(|c| c.is_ascii_graphic());
-            let scheme = ["http://", "https://"].iter().any(|s| url.strip_prefix(s).is_some_and(|r| !r.is_empty()));
-            if !(url.is_empty() || plain && scheme) {
-                return Err(format!("{name} must be empty or an http:// or https:// URL, got {url:?}"));
-            }
-        }
-        Ok(())
     }
 
     /// Ray's environment from `prometheus_host` and `grafana_host`, for the
@@ -215,41 +178,6 @@ impl Config {
             .collect()
     }
 
-    /// The mesh's port range. A site's file must name privileged ports
-    /// (checked in `parse`); simulated nodes use unprivileged ones.
-    pub fn mesh_port_range(&self) -> Result<(u16, u16), String> {
-        port_range(&self.mesh_ports, 1).map_err(|_| {
-            format!(
-                "mesh_ports must be \"LOW-HIGH\" with 1 <= LOW <= HIGH <= 1023 (privileged ports, which no user \
-                 can squat), got \"{}\"",
-                self.mesh_ports
-            )
-        })
-    }
-
-    /// The range Ray's fixed ports are picked from: unprivileged, and room
-    /// for a few jobs' seven ports each.
-    pub fn ray_port_range(&self) -> Result<(u16, u16), String> {
-        match port_range(&self.ray_ports, 1024) {
-            Ok((lo, hi)) if hi - lo >= 63 => Ok((lo, hi)),
-            _ => Err(format!(
-                "ray_ports must be \"LOW-HIGH\" with 1024 <= LOW and at least 64 ports, outside \
-                 net.ipv4.ip_local_port_range; got \"{}\"",
-                self.ray_ports
-            )),
-        }
-    }
-
-    fn check_mesh_ports_privileged(&self) -> Result<(), String> {
-        match self.mesh_port_range()? {
-            (_, hi) if hi <= 1023 => Ok(()),
-            _ => Err(format!(
-                "mesh_ports must be privileged ports (HIGH <= 1023), which no user can squat; got \"{}\"",
-                self.mesh_ports
-            )),
-        }
-    }
-
     /// The size of a job's shared-memory tmpfs (see `shm_mb`).
     pub fn shm_size_mb(&self) -> u64 {
         match self.shm_mb {
@@ -257,16 +185,6 @@ impl Config {
             n => n,
         }
     }
-}
-
-/// "LOW-HIGH" with `min` <= LOW <= HIGH.
-fn port_range(text: &str, min: u16) -> Result<(u16, u16), ()> {
-    let (lo, hi) = text.split_once('-').ok_or(())?;
-    let (lo, hi): (u16, u16) = (lo.trim().parse().map_err(|_| ())?, hi.trim().parse().map_err(|_| ())?);
-    if lo < min.max(1) || hi < lo {
-        return Err(());
-    }
-    Ok((lo, hi))
 }
 
 #[cfg(test)]
@@ -286,7 +204,7 @@ mod tests {
 
     #[test]
     fn shipped_reference_config_parses() {
-        let text = include_str!("../../etc/syndeo.toml");
+        let text = include_str!("../../../etc/syndeo.toml");
         parse(text).unwrap();
     }
 
@@ -295,7 +213,7 @@ mod tests {
         let c = parse("runtime = \"bubblewrap\"\nmin_nodes = 2\nmesh_ports = \"700-710\"\n").unwrap();
         assert_eq!(c.runtime, RuntimeKind::Bubblewrap);
         assert_eq!(c.min_nodes, 2);
-        assert_eq!(c.mesh_port_range().unwrap(), (700, 710));
+        assert_eq!(c.mesh_ports.bounds(), (700, 710));
     }
 
     #[test]
@@ -313,7 +231,7 @@ mod tests {
         assert!(parse("mesh_ports = \"9-5\"").is_err());
         assert!(parse("ray_ports = \"80-8000\"").is_err(), "privileged ports");
         assert!(parse("ray_ports = \"20000-20010\"").is_err(), "too few ports");
-        assert_eq!(parse("ray_ports = \"20000-20063\"").unwrap().ray_port_range().unwrap(), (20000, 20063));
+        assert_eq!(parse("ray_ports = \"20000-20063\"").unwrap().ray_ports.bounds(), (20000, 20063));
         let e = parse("mesh_ports = \"45000-45999\"").unwrap_err().to_string();
         assert!(e.contains("privileged"), "unprivileged mesh ports could be squatted by users: {e}");
         assert!(parse("stop_grace = 3600").unwrap_err().to_string().contains("over its limit"));
@@ -321,6 +239,39 @@ mod tests {
         assert!(parse("temp_base = \"tmp\"").is_err());
         assert!(parse("object_store_mb = 10").is_err());
         assert!(parse("extra_binds = [\"relative:/x\"]").is_err());
+    }
+
+    /// The typed keys' messages come through toml as written: key, form, value.
+    #[test]
+    fn bad_ports_and_binds_are_errors_naming_the_key_and_what_to_write() {
+        let e = parse("mesh_ports = \"9-5\"").unwrap_err().to_string();
+        assert!(e.contains("syndeo.toml: mesh_ports must be \"LOW-HIGH\"") && e.contains("\"9-5\""), "{e}");
+        let e = parse("ray_ports = \"20000\"").unwrap_err().to_string();
+        assert!(e.contains("ray_ports must be \"LOW-HIGH\" with 1024 <= LOW") && e.contains("\"20000\""), "{e}");
+        let e = parse("extra_binds = [\"/data\", \"relative:/x\"]").unwrap_err().to_string();
+        assert!(e.contains("extra_binds entry \"relative:/x\" needs absolute paths"), "{e}");
+    }
+
+    #[test]
+    fn typed_keys_are_read_into_their_types_once() {
+        let c = parse("default_image = \"/shared/ray.sif\"\nextra_binds = [\"/data\", \"/scratch:/s:ro\"]").unwrap();
+        assert_eq!(c.default_image, Some(PathBuf::from("/shared/ray.sif")));
+        assert_eq!(c.extra_binds, [Bind::rw("/data"), Bind { src: "/scratch".into(), dst: "/s".into(), ro: true }]);
+        assert_eq!(parse("default_image = \"\"").unwrap().default_image, None, "empty: no default image");
+    }
+
+    /// The job's spec carries the config as JSON (root writes it, the agent
+    /// reads it): the typed keys keep the file's text forms there.
+    #[test]
+    fn the_config_round_trips_through_json_with_the_files_forms() {
+        let c = parse("default_image = \"/i.sif\"\nextra_binds = [\"/data\"]\nmesh_ports = \"700-710\"").unwrap();
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!((&v["mesh_ports"], &v["ray_ports"]), (&"700-710".into(), &"20000-32767".into()));
+        assert_eq!((&v["default_image"], &v["extra_binds"][0]), (&"/i.sif".into(), &"/data:/data:rw".into()));
+        assert_eq!(serde_json::from_value::<Config>(v).unwrap(), c);
+        let d = serde_json::to_value(Config::default()).unwrap();
+        assert_eq!(d["default_image"], "");
+        assert_eq!(serde_json::from_value::<Config>(d).unwrap(), Config::default());
     }
 
     #[test]
