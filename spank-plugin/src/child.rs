@@ -16,6 +16,8 @@ const MAX_KEPT: usize = 64 * 1024;
 
 /// Makes a descriptor non-blocking (`ffi::os::set_nonblocking`).
 pub type SetNonblocking = fn(RawFd);
+/// Writes to a pipe without SIGPIPE (`ffi::os::write_without_sigpipe`).
+pub type WriteWithoutSigpipe = fn(&mut dyn std::io::Write, &[u8]) -> std::io::Result<()>;
 
 /// Waits at most `limit` for a spawned `child` (whose stderr is piped) to
 /// exit, reading its stderr all the while. A child past its limit is killed.

@@ -2,7 +2,6 @@
 //! agent's socket (`syndeo_protocol::client`), and `syndeo-agent` run as a
 //! child (`child.rs`). The start helper's hand-shake lives here: added to
 //! the extern step before it starts anything, then told to go.
-use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,7 +10,7 @@ use syndeo_protocol::client;
 use syndeo_protocol::layout::JobDir;
 use syndeo_protocol::local::WaitReply;
 
-use crate::child::{self, SetNonblocking};
+use crate::child::{self, SetNonblocking, WriteWithoutSigpipe};
 use crate::node::{Finished, Node, RunError};
 use crate::spank::Spank;
 
@@ -19,11 +18,14 @@ pub struct System<'a> {
     /// Slurm's log and its extern step, for the start helper.
     slurm: &'a dyn Spank,
     nonblocking: SetNonblocking,
+    /// Every write to an agent's stdin: one that ended early must not kill
+    /// the slurmstepd the hook runs in.
+    write: WriteWithoutSigpipe,
 }
 
 impl<'a> System<'a> {
-    pub fn new(slurm: &'a dyn Spank, nonblocking: SetNonblocking) -> Self {
-        System { slurm, nonblocking }
+    pub fn new(slurm: &'a dyn Spank, nonblocking: SetNonblocking, write: WriteWithoutSigpipe) -> Self {
+        System { slurm, nonblocking, write }
     }
 }
 
@@ -55,7 +57,7 @@ impl Node for System<'_> {
         let mut spawned = cmd.spawn().map_err(RunError::Spawn)?;
         if let (Some(input), Some(mut stdin)) = (input, spawned.stdin.take()) {
             // An agent that stopped early does not read it: its status says why.
-            let _ = stdin.write_all(input.as_bytes());
+            let _ = (self.write)(&mut stdin, input.as_bytes());
         }
         child::finish(spawned, limit, self.nonblocking)
     }
@@ -72,7 +74,7 @@ impl Node for System<'_> {
         }
         // Kept open until the supervisor is accounted: the helper waits for its end.
         let go = helper.stdin.take().map(|mut go| {
-            let _ = go.write_all(b"go\n");
+            let _ = (self.write)(&mut go, b"go\n");
             go
         });
         if let Some(said) = helper.stdout.take().map(supervisor_line) {

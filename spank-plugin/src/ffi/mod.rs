@@ -58,7 +58,7 @@ type Hook = fn(&dyn Spank, &dyn Node) -> HookResult;
 fn hook(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char, f: Hook) -> c_int {
     guard(|| {
         let spank = Handle::new(sp, ac, av);
-        let node = System::new(&spank, os::set_nonblocking);
+        let node = System::new(&spank, os::set_nonblocking, os::write_without_sigpipe);
         f(&spank, &node)
     })
 }
