@@ -90,9 +90,7 @@ const ROOT_COMMANDS: &[&str] = &["prolog", "start", "epilog", "keygen", "check"]
 /// read by [`RootRequest::decode`] (`syndeo_protocol::root`), never here.
 #[derive(Args, Debug)]
 pub struct RootArgs {
-    /// --job=N --uid=N [--config=PATH] [--runtime-base=PATH], and for
-    /// prolog --gid=N [--image=IMAGE] [--propagate=NAMES], for start [--hold]
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, help = syndeo_protocol::root::ARGS_HELP)]
     pub args: Vec<OsString>,
 }
 

@@ -56,6 +56,9 @@ const GID: &str = "gid";
 const IMAGE: &str = "image";
 const PROPAGATE: &str = "propagate";
 const HOLD: &str = "hold";
+/// The arguments [`RootRequest::decode`] reads, for `syndeo-agent`'s help.
+pub const ARGS_HELP: &str = "--job=N --uid=N [--config=PATH] [--runtime-base=PATH]; \
+                             prolog: --gid=N [--image=IMAGE] [--propagate=NAMES]; start: [--hold]";
 
 fn opt(name: &str, value: impl AsRef<OsStr>) -> OsString {
     let mut a = OsString::from(format!("--{name}="));
@@ -234,6 +237,13 @@ mod tests {
             "prolog --job=42 --uid=1000 --config=/etc/syndeo/syndeo.toml --runtime-base=/run/syndeo --gid=100 \
              --propagate=CORE,NOFILE --image=/img/ray.sif"
         );
+    }
+
+    #[test]
+    fn the_help_names_every_argument() {
+        for name in [JOB, UID, CONFIG, RUNTIME_BASE, GID, IMAGE, PROPAGATE, HOLD] {
+            assert!(ARGS_HELP.contains(&format!("--{name}")), "{name}");
+        }
     }
 
     #[test]
