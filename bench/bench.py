@@ -33,6 +33,9 @@ REPO = os.path.dirname(HERE)
 MC = os.path.join(REPO, "tests/cluster/minicluster")
 WORK = f"/home/{USER}/syndeo-bench"
 OUT = os.path.join(HERE, "out")
+# Root's state directory of a job on a node: syndeo_protocol::layout::state_dir
+# (DEFAULT_RUNTIME_BASE joined with JOBS_DIR and the job id), in protocol/src/layout.rs.
+STATE_DIRS = "/run/syndeo/.jobs"
 
 
 def mc_state(name):
@@ -154,7 +157,7 @@ def wait_job(jid, limit=600):
         st = job_state(jid)
         if st not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", ""):
             # The epilog runs while COMPLETING; syndeo's record goes last.
-            while any(node_has(n, f"/run/syndeo/.jobs/{jid}") for n in NODES) and time.time() - t0 < limit:
+            while any(node_has(n, f"{STATE_DIRS}/{jid}") for n in NODES) and time.time() - t0 < limit:
                 time.sleep(0.2)
             return st
         time.sleep(0.2)

@@ -7,7 +7,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use syndeo_protocol::layout::{DEFAULT_CONFIG, DEFAULT_RUNTIME_BASE};
+use syndeo_protocol::layout::DEFAULT_CONFIG;
+use syndeo_protocol::root::RootRequest;
 
 #[derive(Parser, Debug)]
 #[command(name = "syndeo", version, about = "syndeo: a Ray cluster as a property of a Slurm job")]
@@ -46,16 +47,16 @@ pub enum Cmd {
         job: Option<u32>,
     },
     /// (root, from the SPANK prolog) set up this node for a job and start its agent
-    Prolog(PrologArgs),
+    Prolog(RootArgs),
     /// (root, from the SPANK epilog) stop the job's cluster on this node and remove all of it
-    Epilog(EpilogArgs),
+    Epilog(RootArgs),
     /// (root, at install) create the site key if it does not exist
     Keygen {
         #[arg(long, default_value = "/etc/syndeo/site.key")]
         path: PathBuf,
     },
     /// (root, from the SPANK plugin) start the node agent of a prepared job
-    Start(StartArgs),
+    Start(RootArgs),
     /// (root, on a node) check this node's setup for syndeo, read-only; exit 1 on any FAIL
     Check(CheckArgs),
     /// (started by `check`, becomes an unprivileged user) tries what a job's user needs
@@ -85,40 +86,12 @@ pub enum Cmd {
 /// The root side's commands: hidden from `syndeo --help`.
 const ROOT_COMMANDS: &[&str] = &["prolog", "start", "epilog", "keygen", "check"];
 
+/// The arguments of `prolog`, `start` and `epilog`: what the plugin sent,
+/// read by [`RootRequest::decode`] (`syndeo_protocol::root`), never here.
 #[derive(Args, Debug)]
-pub struct CommonArgs {
-    #[arg(long)]
-    pub job: u32,
-    #[arg(long)]
-    pub uid: u32,
-    #[arg(long, default_value = DEFAULT_CONFIG)]
-    pub config: PathBuf,
-    #[arg(long, default_value = DEFAULT_RUNTIME_BASE)]
-    pub runtime_base: PathBuf,
-}
-
-#[derive(Args, Debug)]
-pub struct PrologArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
-    #[arg(long)]
-    pub gid: u32,
-    /// The value of --syndeo=IMAGE, if one was given (checked again here).
-    #[arg(long, allow_hyphen_values = true)]
-    pub image: Option<String>,
-    /// The resource limits Slurm propagates to tasks (PropagateResourceLimits).
-    #[arg(long, default_value = "CPU,FSIZE,DATA,STACK,CORE,RSS,NPROC,NOFILE,MEMLOCK,AS")]
-    pub propagate: String,
-}
-
-#[derive(Args, Debug)]
-pub struct StartArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
-    /// Wait for "go" on stdin first (the plugin adds this process to the
-    /// job's extern step meanwhile).
-    #[arg(long)]
-    pub hold: bool,
+pub struct RootArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, help = syndeo_protocol::root::ARGS_HELP)]
+    pub args: Vec<OsString>,
 }
 
 #[derive(Args, Debug)]
@@ -164,10 +137,17 @@ pub struct SaveLogsArgs {
     pub max_mb: u64,
 }
 
-#[derive(Args, Debug)]
-pub struct EpilogArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
+impl Cmd {
+    /// A root-side command as the plugin's request, or None for the others.
+    pub fn root_request(&self) -> Option<Result<RootRequest, String>> {
+        let (verb, a) = match self {
+            Cmd::Prolog(a) => ("prolog", a),
+            Cmd::Start(a) => ("start", a),
+            Cmd::Epilog(a) => ("epilog", a),
+            _ => return None,
+        };
+        Some(RootRequest::decode(std::iter::once(verb.into()).chain(a.args.iter().cloned())))
+    }
 }
 
 /// Parses `args` (argv[0] first). Run as `syndeo`, the help shows users' commands only.
@@ -226,13 +206,43 @@ mod tests {
         assert!(matches!(cli.command, Cmd::Check(a) if a.json && a.as_user == "syndeo-a"));
     }
 
+    fn read(argv: Vec<OsString>) -> RootRequest {
+        let cli = Cli::try_parse_from(std::iter::once("syndeo-agent".into()).chain(argv)).unwrap();
+        cli.command.root_request().expect("a root-side command").unwrap()
+    }
+
     #[test]
     fn an_image_value_that_starts_with_a_dash_is_one_argument() {
-        let cli =
-            Cli::try_parse_from(["syndeo-agent", "prolog", "--job=1", "--uid=2", "--gid=3", "--image=-rf"]).unwrap();
-        match cli.command {
-            Cmd::Prolog(a) => assert_eq!(a.image.as_deref(), Some("-rf")),
+        let argv = ["prolog", "--job=1", "--uid=2", "--gid=3", "--image=-rf"].map(OsString::from).to_vec();
+        match read(argv) {
+            RootRequest::Prolog(a) => assert_eq!(a.image.as_deref(), Some("-rf")),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_agents_command_line_reads_back_every_request_the_plugin_encodes() {
+        use syndeo_protocol::root::{Common, Prolog, Start};
+        let common = Common { job: 42, uid: 1000, config: "/etc/s.toml".into(), runtime_base: "/run/s y".into() };
+        let prolog = |image: Option<&str>, propagate: &[&str]| {
+            RootRequest::Prolog(Prolog {
+                common: common.clone(),
+                gid: 100,
+                image: image.map(String::from),
+                propagate: propagate.iter().map(|s| s.to_string()).collect(),
+            })
+        };
+        let all: Vec<&str> = syndeo_protocol::rlimits::names().collect();
+        for r in [
+            prolog(Some("/img/ray.sif"), &["CORE", "NOFILE"]),
+            prolog(Some("--help"), &[]),
+            prolog(None, &all),
+            RootRequest::Start(Start { common: common.clone(), hold: true }),
+            RootRequest::Start(Start { common: common.clone(), hold: false }),
+            RootRequest::Epilog(common.clone()),
+        ] {
+            assert_eq!(read(r.encode()), r);
+        }
+        assert!(Cmd::Status { json: false }.root_request().is_none());
     }
 }

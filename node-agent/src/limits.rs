@@ -7,20 +7,27 @@
 //! the node gives.
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use serde::{Deserialize, Serialize};
+use syndeo_protocol::rlimits::{self, Limit, KINDS};
 
-/// The limits Slurm propagates, by the names `PropagateResourceLimits` uses.
-pub const RESOURCES: &[(&str, Resource)] = &[
-    ("CPU", Resource::RLIMIT_CPU),
-    ("FSIZE", Resource::RLIMIT_FSIZE),
-    ("DATA", Resource::RLIMIT_DATA),
-    ("STACK", Resource::RLIMIT_STACK),
-    ("CORE", Resource::RLIMIT_CORE),
-    ("RSS", Resource::RLIMIT_RSS),
-    ("NPROC", Resource::RLIMIT_NPROC),
-    ("NOFILE", Resource::RLIMIT_NOFILE),
-    ("MEMLOCK", Resource::RLIMIT_MEMLOCK),
-    ("AS", Resource::RLIMIT_AS),
+/// The kernel's resource of each limit Slurm propagates, in the order of
+/// `syndeo_protocol::rlimits::KINDS` (which names them).
+const RESOURCES: [Resource; KINDS.len()] = [
+    Resource::RLIMIT_CPU,
+    Resource::RLIMIT_FSIZE,
+    Resource::RLIMIT_DATA,
+    Resource::RLIMIT_STACK,
+    Resource::RLIMIT_CORE,
+    Resource::RLIMIT_RSS,
+    Resource::RLIMIT_NPROC,
+    Resource::RLIMIT_NOFILE,
+    Resource::RLIMIT_MEMLOCK,
+    Resource::RLIMIT_AS,
 ];
+
+/// The kernel's resource of the limit Slurm calls `name`.
+fn resource(name: &str) -> Option<Resource> {
+    KINDS.iter().position(|k| k.name == name).map(|i| RESOURCES[i])
+}
 
 /// `u64::MAX` is "unlimited".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,23 +38,14 @@ pub struct JobLimits {
 }
 
 impl JobLimits {
-    /// Reads the plugin's record, `NAME=SOFT:HARD,...` (numbers or
-    /// "unlimited"), keeping only the names in `propagate`. What does not
-    /// parse is left out: the user wrote it (it is their own environment).
+    /// Reads the plugin's record (`syndeo_protocol::rlimits`), keeping only
+    /// the names in `propagate`. What does not parse is left out: the user
+    /// wrote it (it is their own environment).
     pub fn parse(rlimits: Option<&str>, umask: Option<&str>, propagate: &[&str]) -> JobLimits {
-        let num = |v: &str| if v == "unlimited" { Some(u64::MAX) } else { v.parse().ok() };
-        let rlimits = rlimits
-            .unwrap_or("")
-            .split(',')
-            .filter_map(|item| {
-                let (name, v) = item.split_once('=')?;
-                let (soft, hard) = v.split_once(':')?;
-                let name = name.trim().to_ascii_uppercase();
-                if !RESOURCES.iter().any(|(n, _)| *n == name) || !propagate.contains(&name.as_str()) {
-                    return None;
-                }
-                Some((name, num(soft)?, num(hard)?))
-            })
+        let rlimits = rlimits::parse_record(rlimits.unwrap_or(""))
+            .into_iter()
+            .filter(|l| propagate.contains(&l.name.as_str()))
+            .map(|l| (l.name, l.soft, l.hard))
             .collect();
         let umask = umask.and_then(|u| u32::from_str_radix(u.trim(), 8).ok()).filter(|u| *u <= 0o777);
         JobLimits { rlimits, umask }
@@ -59,11 +57,11 @@ impl JobLimits {
     pub fn apply(&self) -> Vec<String> {
         let mut problems = Vec::new();
         for (name, soft, hard) in &self.rlimits {
-            let Some((_, res)) = RESOURCES.iter().find(|(n, _)| n == name) else { continue };
-            let Ok((_, node_hard)) = getrlimit(*res) else { continue };
+            let Some(res) = resource(name) else { continue };
+            let Ok((_, node_hard)) = getrlimit(res) else { continue };
             let hard = (*hard).min(node_hard);
             let soft = (*soft).min(hard);
-            if let Err(e) = setrlimit(*res, soft, hard) {
+            if let Err(e) = setrlimit(res, soft, hard) {
                 problems.push(format!("{name}: {e}"));
             }
         }
@@ -76,12 +74,12 @@ impl JobLimits {
 
 /// What this process has now, in the plugin's record format.
 pub fn current_rlimits() -> String {
-    let show = |v: u64| if v == u64::MAX { "unlimited".to_string() } else { v.to_string() };
-    RESOURCES
+    let limits: Vec<Limit> = KINDS
         .iter()
-        .filter_map(|(name, res)| getrlimit(*res).ok().map(|(s, h)| format!("{name}={}:{}", show(s), show(h))))
-        .collect::<Vec<_>>()
-        .join(",")
+        .zip(RESOURCES)
+        .filter_map(|(k, res)| getrlimit(res).ok().map(|(soft, hard)| Limit { name: k.name.into(), soft, hard }))
+        .collect();
+    rlimits::format_record(&limits)
 }
 
 #[cfg(test)]
@@ -101,8 +99,16 @@ mod tests {
     }
 
     #[test]
+    fn each_name_is_its_kernel_resource() {
+        assert_eq!(resource("NOFILE"), Some(Resource::RLIMIT_NOFILE));
+        assert_eq!(resource("AS"), Some(Resource::RLIMIT_AS));
+        assert_eq!(resource("CPU"), Some(Resource::RLIMIT_CPU));
+        assert_eq!(resource("BOGUS"), None);
+    }
+
+    #[test]
     fn this_processes_limits_round_trip_through_the_record() {
-        let names: Vec<&str> = RESOURCES.iter().map(|(n, _)| *n).collect();
+        let names: Vec<&str> = rlimits::names().collect();
         let l = JobLimits::parse(Some(&current_rlimits()), None, &names);
         assert_eq!(l.rlimits.len(), RESOURCES.len());
         assert!(l.apply().is_empty(), "applying the current limits changes nothing");

@@ -12,6 +12,25 @@ pub const DEFAULT_RUNTIME_BASE: &str = "/run/syndeo";
 /// mode 0711 (no user can create, rename or list anything there; each note
 /// is its job user's to read).
 pub const NOTES_DIR: &str = ".notes";
+/// Root's directory of per-job state, under the runtime base: one
+/// directory per job, `<runtime base>/.jobs/<job id>`, root's alone (0700).
+pub const JOBS_DIR: &str = ".jobs";
+/// In a job's state directory: the job's spec (JSON), written by the prolog.
+pub const STATE_SPEC: &str = "spec.json";
+/// In a job's state directory: the job's secret.
+pub const STATE_SECRET: &str = "secret";
+/// In a job's state directory: the record of the supervisor `start` started.
+pub const STATE_SUPERVISOR: &str = "supervisor";
+
+/// Root's state directory of job `job`: `<runtime_base>/.jobs/<job>`.
+pub fn state_dir(runtime_base: &Path, job: u32) -> PathBuf {
+    runtime_base.join(JOBS_DIR).join(job.to_string())
+}
+
+/// The spec the prolog left for job `job`: whether the prolog prepared it.
+pub fn state_spec(runtime_base: &Path, job: u32) -> PathBuf {
+    state_dir(runtime_base, job).join(STATE_SPEC)
+}
 
 /// One job's runtime directory on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,5 +101,11 @@ mod tests {
         assert_eq!(d.socket(), PathBuf::from("/run/syndeo/42/agent.sock"));
         assert_eq!(d.failed_note(), PathBuf::from("/run/syndeo/.notes/42"));
         assert_eq!(JobDir::at("/run/syndeo/42/").failed_note(), PathBuf::from("/run/syndeo/.notes/42"));
+    }
+
+    #[test]
+    fn roots_record_of_a_job_is_under_dot_jobs() {
+        assert_eq!(state_dir(Path::new("/run/syndeo"), 42), PathBuf::from("/run/syndeo/.jobs/42"));
+        assert_eq!(state_spec(Path::new("/run/syndeo"), 42), PathBuf::from("/run/syndeo/.jobs/42/spec.json"));
     }
 }

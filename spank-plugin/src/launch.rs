@@ -35,16 +35,16 @@ pub fn launch(conf: &RunningConf) -> Launch {
 /// The limits Slurm propagates to a job's tasks (`PropagateResourceLimits`,
 /// all by default, or all but `PropagateResourceLimitsExcept`), by name.
 pub fn propagated(conf: &RunningConf) -> Vec<&'static str> {
-    const ALL: [&str; 10] = ["CPU", "FSIZE", "DATA", "STACK", "CORE", "RSS", "NPROC", "NOFILE", "MEMLOCK", "AS"];
+    let all = || syndeo_protocol::rlimits::names();
     let names = |s: &str| -> Vec<String> { s.split(',').map(|n| n.trim().to_ascii_uppercase()).collect() };
     if let Some(except) = conf.propagate_except.as_deref().filter(|s| !s.is_empty()) {
         let except = names(except);
-        return ALL.into_iter().filter(|n| !except.iter().any(|e| e == n)).collect();
+        return all().filter(|n| !except.iter().any(|e| e == n)).collect();
     }
     match conf.propagate.as_deref().map(names) {
-        None => ALL.to_vec(),
-        Some(list) if list.iter().any(|n| n == "ALL") => ALL.to_vec(),
-        Some(list) => ALL.into_iter().filter(|n| list.iter().any(|l| l == n)).collect(),
+        None => all().collect(),
+        Some(list) if list.iter().any(|n| n == "ALL") => all().collect(),
+        Some(list) => all().filter(|n| list.iter().any(|l| l == n)).collect(),
     }
 }
 

@@ -39,7 +39,7 @@ pub trait Node {
     /// Runs `cmd` (`syndeo-agent VERB`, its stderr piped) to its end within
     /// `limit`; with `input`, that goes to its stdin.
     fn run(&self, cmd: Command, input: Option<&str>, limit: Duration) -> Result<Finished, RunError>;
-    /// Runs `cmd` (`syndeo-agent start`) with `--hold`, within `limit`. With
+    /// Runs `cmd` (`syndeo-agent start --hold`) within `limit`. With
     /// `adopt`, the helper is added to job `job`'s extern step before it
     /// starts anything, and so is the supervisor it starts.
     fn start(&self, cmd: Command, job: u32, adopt: bool, limit: Duration) -> Result<Finished, RunError>;

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use syndeo_protocol::client;
 use syndeo_protocol::layout::JobDir;
 use syndeo_protocol::local::WaitReply;
+use syndeo_protocol::{client, handshake};
 
 use crate::child::{self, SetNonblocking, WriteWithoutSigpipe};
 use crate::node::{Finished, Node, RunError};
@@ -63,7 +63,7 @@ impl Node for System<'_> {
     }
 
     fn start(&self, mut cmd: Command, job: u32, adopt: bool, limit: Duration) -> Result<Finished, RunError> {
-        cmd.arg("--hold").stdin(Stdio::piped());
+        cmd.stdin(Stdio::piped());
         if adopt {
             cmd.stdout(Stdio::piped());
         }
@@ -74,7 +74,7 @@ impl Node for System<'_> {
         }
         // Kept open until the supervisor is accounted: the helper waits for its end.
         let go = helper.stdin.take().map(|mut go| {
-            let _ = (self.write)(&mut go, b"go\n");
+            let _ = (self.write)(&mut go, handshake::go_line().as_bytes());
             go
         });
         if let Some(said) = helper.stdout.take().map(supervisor_line) {
@@ -128,7 +128,7 @@ fn supervisor_line(out: std::process::ChildStdout) -> std::sync::mpsc::Receiver<
     std::thread::spawn(move || {
         let mut line = String::new();
         let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
-        let _ = tx.send(line.strip_prefix("supervisor ").and_then(|p| p.trim().parse::<i32>().ok()));
+        let _ = tx.send(handshake::parse_supervisor_line(&line));
     });
     rx
 }

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+use syndeo_protocol::layout::{self, STATE_SECRET};
 
 pub mod packages;
 
@@ -223,9 +224,7 @@ impl Job {
             let done = !matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "");
             if done {
                 // Epilogs run while the job is COMPLETING; wait for them on every node.
-                if nodes().iter().all(|n| !node_path_exists(n, &format!("/run/syndeo/.jobs/{}", self.id)))
-                    || start.elapsed() > limit
-                {
+                if nodes().iter().all(|n| !node_path_exists(n, &state_dir(self.id))) || start.elapsed() > limit {
                     return state;
                 }
             }
@@ -308,7 +307,7 @@ fn leftovers_now(job: u32, user: &str) -> Vec<String> {
         }
         for path in [
             format!("/run/syndeo/{job}"),
-            format!("/run/syndeo/.jobs/{job}"),
+            state_dir(job),
             format!("/tmp/syndeo/{job}"),
             // Where the temp dir moves under Slurm's job container.
             format!("/var/tmp/syndeo/{job}"),
@@ -537,9 +536,14 @@ pub fn mesh_address(job: u32, node: &str) -> String {
         .unwrap_or_else(|| panic!("no mesh port: {}", text(&o)))
 }
 
+/// Root's state directory of `job` on a node (`syndeo_protocol::layout`).
+pub fn state_dir(job: u32) -> String {
+    layout::state_dir(Path::new(layout::DEFAULT_RUNTIME_BASE), job).display().to_string()
+}
+
 /// The job's secret on `node`, as root keeps it.
 pub fn job_secret(job: u32, node: &str) -> String {
-    text(&in_node(node, &["cat", &format!("/run/syndeo/.jobs/{job}/secret")])).trim().to_string()
+    text(&in_node(node, &["cat", &format!("{}/{STATE_SECRET}", state_dir(job))])).trim().to_string()
 }
 
 /// The PID of `node`'s slurmd (its namespaces are the node's).
@@ -605,7 +609,7 @@ impl Drop for CancelOnDrop {
                 while t.elapsed() < Duration::from_secs(120) {
                     let state = job.field("JobState").unwrap_or_default();
                     let ended = !matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING");
-                    if ended && nodes().iter().all(|n| !node_path_exists(n, &format!("/run/syndeo/.jobs/{id}"))) {
+                    if ended && nodes().iter().all(|n| !node_path_exists(n, &state_dir(id))) {
                         break;
                     }
                     std::thread::sleep(Duration::from_millis(500));

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use node_agent::cli::{self, Cmd};
 use node_agent::{agent, check, exec, root, secret, supervisor, user_cli};
 use syndeo_protocol::env;
+use syndeo_protocol::root::RootRequest;
 
 fn main() -> ExitCode {
     // First thing, before any secret or privileged descriptor is used: no
@@ -22,11 +23,22 @@ fn main() -> ExitCode {
     if let Ok(argv0) = std::env::var(env::EXEC_ARGV0) {
         return exec::run_wrapper(argv0);
     }
-    let result = match cli::parse(std::env::args_os().collect()).command {
-        Cmd::Prolog(a) => root::prolog::run(&a),
-        Cmd::Epilog(a) => root::epilog::run(&a),
+    let command = cli::parse(std::env::args_os().collect()).command;
+    if let Some(request) = command.root_request() {
+        let result = match request {
+            Ok(RootRequest::Prolog(a)) => root::prolog::run(&a),
+            Ok(RootRequest::Start(a)) => root::start::run(&a),
+            Ok(RootRequest::Epilog(a)) => root::epilog::run(&a),
+            Err(e) => {
+                eprintln!("syndeo-agent: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        return exit(result);
+    }
+    let result = match command {
+        Cmd::Prolog(_) | Cmd::Start(_) | Cmd::Epilog(_) => unreachable!("a root-side request"),
         Cmd::Keygen { path } => secret::keygen_cli(&path),
-        Cmd::Start(a) => root::start::run(&a),
         Cmd::Check(a) => check::run(&a),
         Cmd::CheckProbe(a) => check::probe::child(&a),
         Cmd::Supervise => supervisor::run(),
@@ -38,6 +50,10 @@ fn main() -> ExitCode {
         Cmd::Env { timeout } => user_cli::env(timeout),
         Cmd::Logs { node, job } => user_cli::logs(node.as_deref(), job),
     };
+    exit(result)
+}
+
+fn exit(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

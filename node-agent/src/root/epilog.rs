@@ -25,14 +25,13 @@ use super::dirs::open_dir_nofollow;
 use super::remove::remove_tree_at;
 use super::state::{JobState, ProcRecord, StateDir};
 use super::{logs, mounts, note, procs};
-use crate::cli::EpilogArgs;
 use crate::config::Config;
 use crate::pidfd::Process;
+use syndeo_protocol::root::Common;
 
-pub fn run(a: &EpilogArgs) -> Result<()> {
+pub fn run(c: &Common) -> Result<()> {
     let budget = Budget::start();
     super::prolog::mark_inherited_fds_cloexec();
-    let c = &a.common;
     let config = Config::load(&c.config).unwrap_or_else(|e| {
         eprintln!("{e}; cleaning up with the default paths");
         Config::default()
@@ -63,7 +62,7 @@ pub fn run(a: &EpilogArgs) -> Result<()> {
     }
     left.extend(remove_metrics_file(&config, state.as_ref(), c.job));
     if let Err(e) = StateDir::remove(&c.runtime_base, c.job) {
-        left.push(format!("{}: {e:#}", c.runtime_base.join(super::state::JOBS_DIR).join(&name).display()));
+        left.push(format!("{}: {e:#}", syndeo_protocol::layout::state_dir(&c.runtime_base, c.job).display()));
     }
     if let Err(e) = note::clear(&c.runtime_base, c.job) {
         left.push(format!("the job's note: {e:#}"));

@@ -15,6 +15,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
+use syndeo_protocol::addresses::NodeAddresses;
 use syndeo_protocol::env::{RLIMITS_RECORD, UMASK_RECORD};
 use syndeo_protocol::image::check_image_value;
 use syndeo_protocol::labels::SlurmLabels;
@@ -24,11 +25,11 @@ use super::dirs::{ensure_root_base, make_job_dir};
 use super::privdrop::Identity;
 use super::state::{JobState, StateDir};
 use super::{drain, mounts, note, sitekey};
-use crate::cli::PrologArgs;
 use crate::config::Config;
 use crate::job::JobSpec;
 use crate::limits::JobLimits;
 use crate::{alloc, features, gres, hostlist, secret};
+use syndeo_protocol::root::Prolog as PrologArgs;
 
 pub fn run(a: &PrologArgs) -> Result<()> {
     mark_inherited_fds_cloexec();
@@ -175,7 +176,7 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
     let slurm_conf = crate::slurm_conf::path(env("SLURM_CONF").as_deref());
     let labels = node_labels(&node, env("SLURM_JOB_PARTITION"), &gpus, &gres_conf, &slurm_conf);
     let addrs = node_addrs(&nodes)?;
-    let propagate: Vec<&str> = a.propagate.split(',').filter(|s| !s.is_empty()).collect();
+    let propagate: Vec<&str> = a.propagate.iter().map(String::as_str).collect();
     let (rlimits, umask) = (format!("SPANK_{RLIMITS_RECORD}"), format!("SPANK_{UMASK_RECORD}"));
     let limits = JobLimits::parse(env(&rlimits).as_deref(), env(&umask).as_deref(), &propagate);
     let job = a.common.job.to_string();
@@ -222,16 +223,12 @@ fn node_labels(node: &str, partition: Option<String>, gpus: &[String], gres_conf
 }
 
 /// The nodes' addresses as Slurm's configuration gives them (NodeAddr): the
-/// plugin looks them up inside Slurm and sends `{"node": "addr", ...}` on
-/// stdin. A node it could not place is reached by name.
+/// plugin looks them up inside Slurm and sends them on stdin
+/// (`syndeo_protocol::addresses`). A node it could not place is reached by name.
 fn node_addrs(nodes: &[String]) -> Result<Vec<Option<std::net::IpAddr>>> {
     let mut text = String::new();
     std::io::stdin().take(64 << 20).read_to_string(&mut text).context("reading the node addresses")?;
-    if text.trim().is_empty() {
-        return Ok(vec![None; nodes.len()]);
-    }
-    let map: std::collections::BTreeMap<String, String> =
-        serde_json::from_str(&text).context("the node addresses the plugin sent")?;
+    let map = NodeAddresses::decode(&text).context("the node addresses the plugin sent")?;
     Ok(nodes.iter().map(|n| map.get(n).and_then(|a| a.parse().ok())).collect())
 }
 

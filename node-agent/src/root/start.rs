@@ -27,13 +27,14 @@ use nix::sys::socket::{
 };
 use nix::unistd::dup2;
 use syndeo_protocol::env::JOB_MARKER;
+use syndeo_protocol::handshake;
 use syndeo_protocol::layout::JobDir;
 
 use super::prolog::mark_inherited_fds_cloexec;
 use super::state::{JobState, ProcRecord, StateDir};
 use super::{drain, procs};
-use crate::cli::StartArgs;
 use crate::job::{JobSpec, STATE_FD_VAR};
+use syndeo_protocol::root::Start as StartArgs;
 
 /// The mesh's listening socket, in the supervisor and the agent (LISTEN_FDS).
 pub const MESH_FD: i32 = 3;
@@ -90,7 +91,7 @@ fn start(dir: &StateDir, state: &JobState, runtime_base: &Path) -> Result<()> {
     dir.record_supervisor(ProcRecord { pid, start_time })?;
     // For the plugin, which gives it to Slurm's accounting of the extern step.
     let mut out = std::io::stdout();
-    let _ = writeln!(out, "supervisor {pid}").and_then(|_| out.flush());
+    let _ = out.write_all(handshake::supervisor_line(pid).as_bytes()).and_then(|_| out.flush());
     // Return once the agent listens, so a job step never races its socket.
     let jd = spec.dir();
     let listening = socket_seen(&jd);
@@ -153,7 +154,7 @@ fn reserve_fds() -> Result<()> {
 fn wait_for_go() -> Result<()> {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).context("waiting for the plugin's go")?;
-    if line.trim() != "go" {
+    if !handshake::is_go(&line) {
         bail!("the plugin did not say go ({:?}); not starting the agent", line.trim());
     }
     Ok(())

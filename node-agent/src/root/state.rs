@@ -15,11 +15,8 @@ pub use crate::job::JobState;
 use anyhow::{bail, Context, Result};
 use nix::fcntl::OFlag;
 
-/// Root's directory of per-job state, under the runtime base.
-pub const JOBS_DIR: &str = ".jobs";
-const SPEC: &str = "spec.json";
-const SECRET: &str = "secret";
-const SUPERVISOR: &str = "supervisor";
+pub use syndeo_protocol::layout::JOBS_DIR;
+use syndeo_protocol::layout::{state_dir, STATE_SECRET as SECRET, STATE_SPEC as SPEC, STATE_SUPERVISOR as SUPERVISOR};
 
 /// A process root started, known by PID and start time (a reused PID is
 /// never mistaken for it).
@@ -41,7 +38,7 @@ impl StateDir {
         let jobs = runtime_base.join(JOBS_DIR);
         ensure_root_base(&jobs, 0o700)?;
         remove_in_root_base(&jobs, &job.to_string())?;
-        let path = jobs.join(job.to_string());
+        let path = state_dir(runtime_base, job);
         std::fs::DirBuilder::new().create(&path).with_context(|| format!("creating {}", path.display()))?;
         StateDir::open(runtime_base, job)?.context("the state directory vanished")
     }
@@ -49,7 +46,7 @@ impl StateDir {
     /// The job's state directory, if the prolog made one. Refused (an
     /// error) unless root owns it and only root can enter it.
     pub fn open(runtime_base: &Path, job: u32) -> Result<Option<StateDir>> {
-        let path = runtime_base.join(JOBS_DIR).join(job.to_string());
+        let path = state_dir(runtime_base, job);
         let dir = match open_dir_nofollow(&path) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -16,8 +16,11 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use syndeo_protocol::addresses::NodeAddresses;
 use syndeo_protocol::env::{JOB_SCRIPT_ENV, REQUEST_RECORD};
 use syndeo_protocol::exit;
+use syndeo_protocol::layout::state_spec;
+use syndeo_protocol::root::{Common, Prolog, RootRequest, Start};
 
 use crate::config::PluginConfig;
 use crate::hooks::config;
@@ -40,15 +43,13 @@ pub fn prolog(sp: &dyn Spank, node: &dyn Node) -> HookResult {
     let cfg = config(sp)?;
     let (job, uid, gid) = (sp.job_id()?, sp.uid()?, sp.gid()?);
     let conf = sp.running_conf();
-    let mut cmd = agent_command(node, &cfg, "prolog", job, uid);
-    cmd.arg(format!("--gid={gid}")).arg(format!("--propagate={}", propagated(&conf).join(",")));
-    if let Some(image) = image {
-        // One argument, whatever the value: the agent checks it again.
-        cmd.arg(format!("--image={image}"));
-    }
+    // The image is one argument, whatever the value: the agent checks it again.
+    let propagate = propagated(&conf).into_iter().map(String::from).collect();
+    let request = RootRequest::Prolog(Prolog { common: common(&cfg, job, uid), gid, image, propagate });
+    let cmd = agent_command(node, &cfg, &request);
     let how = launch(&conf);
     sp.log_info(&format!("syndeo: prolog for job {job}: preparing the node (the agent starts {how:?})"));
-    let ran = node.run(cmd, Some(&addresses_json(sp, node)), PROLOG_LIMIT);
+    let ran = node.run(cmd, Some(&addresses(sp, node).encode()), PROLOG_LIMIT);
     finish(sp, ran, "prolog", &cfg)?;
     match how {
         Launch::ExternStep => Ok(()),
@@ -74,45 +75,22 @@ fn requested(sp: &dyn Spank, node: &dyn Node) -> Option<Option<String>> {
 /// Whether the prolog prepared job `job` on this node: root's state
 /// directory for it exists (nothing the user can make).
 pub fn prepared(node: &dyn Node, cfg: &PluginConfig, job: u32) -> bool {
-    node.exists(&cfg.runtime_base.join(".jobs").join(job.to_string()).join("spec.json"))
+    node.exists(&state_spec(&cfg.runtime_base, job))
 }
 
 /// `syndeo-agent start` for a prepared job. With `adopt`, the helper waits
 /// until the plugin has added it to the job's extern step, so that all it
 /// starts lives in the job's cgroups.
 pub fn start_agent(sp: &dyn Spank, node: &dyn Node, cfg: &PluginConfig, job: u32, uid: u32, adopt: bool) -> HookResult {
-    let cmd = agent_command(node, cfg, "start", job, uid);
+    let request = RootRequest::Start(Start { common: common(cfg, job, uid), hold: true });
+    let cmd = agent_command(node, cfg, &request);
     finish(sp, node.start(cmd, job, adopt, START_LIMIT), "start", cfg).map(|_| ())
 }
 
-/// `{"node": "addr", ...}` for the job's nodes, from Slurm's configuration.
-fn addresses_json(sp: &dyn Spank, node: &dyn Node) -> String {
+/// The job's nodes' addresses, from Slurm's configuration.
+fn addresses(sp: &dyn Spank, node: &dyn Node) -> NodeAddresses {
     let list = node.env("SLURM_JOB_NODELIST").or_else(|| node.env("SLURM_NODELIST")).unwrap_or_default();
-    let mut out = String::from("{");
-    for (i, (name, addr)) in sp.node_addresses(&list).into_iter().filter_map(|(n, a)| Some((n, a?))).enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&format!("{}:{}", json_string(&name), json_string(&addr)));
-    }
-    out.push('}');
-    out
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    sp.node_addresses(&list).into_iter().filter_map(|(n, a)| Some((n, a?))).collect()
 }
 
 pub fn epilog(sp: &dyn Spank, node: &dyn Node) -> HookResult {
@@ -128,7 +106,7 @@ pub fn epilog(sp: &dyn Spank, node: &dyn Node) -> HookResult {
     }
     sp.log_info(&format!("syndeo: epilog for job {job}: stopping the cluster and cleaning up"));
     let start = Instant::now();
-    let cmd = agent_command(node, &cfg, "epilog", job, uid);
+    let cmd = agent_command(node, &cfg, &RootRequest::Epilog(common(&cfg, job, uid)));
     match finish(sp, node.run(cmd, None, EPILOG_LIMIT), "epilog", &cfg)? {
         Outcome::Done => {
             sp.log_info(&format!("syndeo: epilog for job {job}: node clean in {} ms", start.elapsed().as_millis()))
@@ -148,17 +126,16 @@ enum Outcome {
     NotClean,
 }
 
-/// `syndeo-agent VERB` for job `job`: no shell, a clean environment but for
-/// PATH and the job script's variables the agent reads, stderr piped.
-fn agent_command(node: &dyn Node, cfg: &PluginConfig, verb: &str, job: u32, uid: u32) -> Command {
+/// What every request for job `job` carries.
+fn common(cfg: &PluginConfig, job: u32, uid: u32) -> Common {
+    Common { job, uid, config: cfg.config.clone(), runtime_base: cfg.runtime_base.clone() }
+}
+
+/// `syndeo-agent` with `request`'s argv: no shell, a clean environment but
+/// for PATH and the job script's variables the agent reads, stderr piped.
+fn agent_command(node: &dyn Node, cfg: &PluginConfig, request: &RootRequest) -> Command {
     let mut cmd = Command::new(&cfg.agent);
-    cmd.arg(verb)
-        .arg(format!("--job={job}"))
-        .arg(format!("--uid={uid}"))
-        .arg("--config")
-        .arg(&cfg.config)
-        .arg("--runtime-base")
-        .arg(&cfg.runtime_base)
+    cmd.args(request.encode())
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .current_dir("/")
@@ -241,10 +218,34 @@ mod tests {
         prolog(&sp, &node).unwrap();
         let runs = node.runs();
         assert_eq!(runs.len(), 1, "with an extern step the agent starts there, not here: {runs:?}");
-        let expected = "prolog --job=42 --uid=1000 --config /etc/syndeo/syndeo.toml --runtime-base /run/syndeo \
+        let expected = "prolog --job=42 --uid=1000 --config=/etc/syndeo/syndeo.toml --runtime-base=/run/syndeo \
                         --gid=100 --propagate=CORE,NOFILE --image=/img/ray.sif";
         assert_eq!(runs[0].args.join(" "), expected);
+        let Ok(RootRequest::Prolog(p)) = RootRequest::decode(runs[0].args.iter().map(Into::into)) else { panic!() };
+        assert_eq!(
+            (p.gid, p.image.as_deref(), p.propagate.join(",")),
+            (100, Some("/img/ray.sif"), "CORE,NOFILE".into())
+        );
         assert_eq!(runs[0].input.as_deref(), Some(r#"{"n1":"10.0.0.1","n2":"10.0.0.2"}"#));
+    }
+
+    #[test]
+    fn every_command_the_plugin_runs_reads_back_as_the_request_it_meant() {
+        let sp = job_script(Some(Some("-x --uid=0")), RunningConf::default());
+        let node = FakeNode::with_paths(&[JOB_DIR]);
+        prolog(&sp, &node).unwrap();
+        epilog(&sp, &node).unwrap();
+        let read = |r: &Run| RootRequest::decode(r.args.iter().map(Into::into)).unwrap();
+        let got: Vec<RootRequest> = node.runs().iter().map(read).collect();
+        let c = common(&config(&sp).unwrap(), 42, 1000);
+        let propagate = syndeo_protocol::rlimits::names().map(String::from).collect();
+        let image = Some("-x --uid=0".to_string());
+        let want = [
+            RootRequest::Prolog(Prolog { common: c.clone(), gid: 100, image, propagate }),
+            RootRequest::Start(Start { common: c.clone(), hold: true }),
+            RootRequest::Epilog(c),
+        ];
+        assert_eq!(got, want);
     }
 
     #[test]

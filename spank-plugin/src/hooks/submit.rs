@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 use syndeo_protocol::env::{OPTION_RECORD, REQUEST_RECORD, RLIMITS_RECORD, UMASK_RECORD};
 use syndeo_protocol::image::check_image_value;
+use syndeo_protocol::rlimits;
 
 use crate::node::Node;
 use crate::spank::{Context, Spank};
@@ -58,29 +59,17 @@ fn record(sp: &dyn Spank, node: &dyn Node, given: Option<Option<String>>) -> Hoo
     Ok(())
 }
 
-/// `/proc/self/limits` as `NAME=SOFT:HARD,...`, with Slurm's names.
+/// `/proc/self/limits` as the record of `syndeo_protocol::rlimits`, with Slurm's names.
 fn rlimits_record(limits: &str) -> String {
-    const NAMES: [(&str, &str); 10] = [
-        ("Max cpu time", "CPU"),
-        ("Max file size", "FSIZE"),
-        ("Max data size", "DATA"),
-        ("Max stack size", "STACK"),
-        ("Max core file size", "CORE"),
-        ("Max resident set", "RSS"),
-        ("Max processes", "NPROC"),
-        ("Max open files", "NOFILE"),
-        ("Max locked memory", "MEMLOCK"),
-        ("Max address space", "AS"),
-    ];
     let mut out = Vec::new();
     for line in limits.lines() {
-        let Some((label, name)) = NAMES.iter().find(|(label, _)| line.starts_with(label)) else { continue };
-        let mut values = line[label.len()..].split_whitespace();
-        if let (Some(soft), Some(hard)) = (values.next(), values.next()) {
-            out.push(format!("{name}={soft}:{hard}"));
+        let Some(kind) = rlimits::KINDS.iter().find(|k| line.starts_with(k.proc_label)) else { continue };
+        let mut values = line[kind.proc_label.len()..].split_whitespace().map(rlimits::parse_value);
+        if let (Some(Some(soft)), Some(Some(hard))) = (values.next(), values.next()) {
+            out.push(rlimits::Limit { name: kind.name.into(), soft, hard });
         }
     }
-    out.join(",")
+    rlimits::format_record(&out)
 }
 
 /// Called by Slurm when `--syndeo` is parsed (also in slurmstepd, `remote`).
