@@ -139,6 +139,11 @@ fn node_series(p: &Prometheus, job: u32) -> Vec<(String, String, String)> {
 #[ignore = "needs the minicluster (tests/run) and Debian's prometheus"]
 fn prometheus_scrapes_every_nodes_ray_of_a_running_job_with_its_labels_and_its_targets_go_with_the_job() {
     let _sd = ConfigOverride::set("metrics_sd_dir", &format!("\"{}\"", sd_dir()));
+    // As the README has the admin do, before Prometheus starts (the prolog
+    // makes it at the first job otherwise, but a Prometheus that found no
+    // directory to watch reads the files only at its next refresh, minutes
+    // later: so it failed on a fresh machine).
+    std::fs::create_dir_all(sd_dir()).unwrap();
     let prom = start_prometheus();
     let dir = workdir(user_a(), "prometheus");
     let script = "#!/bin/bash\nfor i in $(seq 300); do [ -e done ] && exit 0; sleep 1; done\nexit 1\n";
