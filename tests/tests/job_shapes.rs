@@ -142,31 +142,39 @@ fn exclusive_overcommit_single_node_parallel_steps_and_overlap_from_salloc_all_w
     assert!(text(&o).contains("ALIVE 2"), "{}", text(&o));
 }
 
-/// With node3's name no longer resolvable on the nodes (its entry removed
-/// from the release's /etc/hosts, which the nodes read), the agents reach
-/// it at Slurm's NodeAddr: the job's cluster forms.
+/// With node3's name no longer resolvable on node1 and node2 (an /etc/hosts
+/// without it bound over theirs, inside their mount namespaces; node3 still
+/// knows itself), the agents reach it at Slurm's NodeAddr: the job's
+/// cluster forms.
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn peers_are_reached_at_slurms_node_addr_even_when_a_node_name_does_not_resolve() {
     let image = image();
-    let hosts = format!("{}/etc/hosts", root_prefix());
-    let original = std::fs::read_to_string(&hosts).unwrap();
-    struct Restore(String, String);
-    impl Drop for Restore {
+    let hosts = std::fs::read_to_string(format!("{}/etc/hosts", root_prefix())).unwrap();
+    let without: String =
+        hosts.lines().filter(|l| !l.contains(" node3 # syndeo-minicluster")).map(|l| format!("{l}\n")).collect();
+    let file = format!("{}/hosts-without-node3", mc_state_dir());
+    std::fs::write(&file, without).unwrap();
+    /// Takes the bound /etc/hosts off node1 and node2 again, whatever the test did.
+    struct Unbind;
+    impl Drop for Unbind {
         fn drop(&mut self) {
-            let _ = std::fs::write(&self.0, &self.1);
+            for n in ["node1", "node2"] {
+                in_node(n, &["umount", "/etc/hosts"]);
+            }
         }
     }
-    let _restore = Restore(hosts.clone(), original.clone());
-    let without: String =
-        original.lines().filter(|l| !l.contains(" node3 # syndeo-minicluster")).map(|l| format!("{l}\n")).collect();
-    std::fs::write(&hosts, without).unwrap();
-    let seen = text(&in_node("node1", &["getent", "hosts", "node3"]));
-    assert!(!seen.contains(&bridge_prefix()), "node3 still resolves on node1: {seen}");
+    let _unbind = Unbind;
+    for n in ["node1", "node2"] {
+        let o = in_node(n, &["mount", "--bind", &file, "/etc/hosts"]);
+        assert!(o.status.success(), "{n}: {}", text(&o));
+        let seen = text(&in_node(n, &["getent", "hosts", "node3"]));
+        assert!(!seen.contains(&bridge_prefix()), "node3 still resolves on {n}: {seen}");
+    }
     let dir = workdir(user_a(), "nodeaddr");
     let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/bash\nsrun --syndeo -N1 -n1 -w node1 python3 -c 'import ray; ray.init(); print(\"ALIVE\", len([n for n in ray.nodes() if n[\"Alive\"]]))'\n");
     let state = job.wait(Duration::from_secs(300));
-    drop(_restore);
+    drop(_unbind);
     assert_eq!(state, "COMPLETED", "{}", job.output());
     assert!(job.stdout().contains("ALIVE 3"), "{}", job.output());
     assert_clean(&job, user_a());
