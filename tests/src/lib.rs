@@ -24,20 +24,24 @@ pub fn mc_state_dir() -> String {
     }
 }
 
+/// A file `minicluster up` writes into the state directory for tests (users,
+/// prefix, fabric_prefix, netns_prefix, log_dir): the script alone says how
+/// each cluster is named.
+fn mc_required(name: &str) -> String {
+    mc_state(name).unwrap_or_else(|| {
+        panic!("the minicluster is not up (no {}/{name}): run tests/cluster/minicluster up", mc_state_dir())
+    })
+}
+
 /// The cluster's two test users, as `up` made them (syndeo-a and syndeo-b on
 /// cluster 0, syndeo-aK and syndeo-bK on cluster K).
 fn test_users() -> &'static [String; 2] {
     static USERS: std::sync::OnceLock<[String; 2]> = std::sync::OnceLock::new();
     USERS.get_or_init(|| {
-        let tag = match instance() {
-            0 => String::new(),
-            k => k.to_string(),
-        };
-        let listed = mc_state("users").unwrap_or_default();
-        let mut names = listed.split_whitespace().map(str::to_string);
-        match (names.next(), names.next()) {
-            (Some(a), Some(b)) => [a, b],
-            _ => [format!("syndeo-a{tag}"), format!("syndeo-b{tag}")],
+        let listed = mc_required("users");
+        match listed.split_whitespace().collect::<Vec<_>>()[..] {
+            [a, b] => [a.to_string(), b.to_string()],
+            _ => panic!("{}/users names not two users: {listed:?}", mc_state_dir()),
         }
     })
 }
@@ -55,22 +59,22 @@ pub fn user_b() -> &'static str {
 /// The first three parts of the nodes' addresses on the cluster's bridge
 /// ("10.213.7" on cluster 0).
 pub fn bridge_prefix() -> String {
-    mc_state("prefix").unwrap_or_else(|| format!("10.213.{}", 7 + 10 * instance()))
+    mc_required("prefix")
 }
 
 /// The same for the second network, the fast fabric's stand-in (eth1).
 pub fn fabric_prefix() -> String {
-    mc_state("fabric_prefix").unwrap_or_else(|| format!("10.213.{}", 8 + 10 * instance()))
+    mc_required("fabric_prefix")
 }
 
 /// The network namespace of `node` (`ip -n`).
 pub fn node_netns(node: &str) -> String {
-    format!("{}{node}", mc_state("netns_prefix").unwrap_or_default())
+    format!("{}{node}", mc_required("netns_prefix"))
 }
 
 /// Where the cluster's Slurm daemons log.
 pub fn slurm_log_dir() -> String {
-    mc_state("log_dir").unwrap_or_else(|| "/var/log/slurm".into())
+    mc_required("log_dir")
 }
 
 /// The minicluster script, for this cluster.
