@@ -104,6 +104,11 @@ mod tests {
         assert_eq!(resource("AS"), Some(Resource::RLIMIT_AS));
         assert_eq!(resource("CPU"), Some(Resource::RLIMIT_CPU));
         assert_eq!(resource("BOGUS"), None);
+        // RESOURCES goes by KINDS' positions: every entry, not a sample.
+        for k in KINDS {
+            let r = resource(k.name).unwrap_or_else(|| panic!("{} has no resource", k.name));
+            assert_eq!(format!("{r:?}"), format!("RLIMIT_{}", k.name), "{} sits at another's position", k.name);
+        }
     }
 
     #[test]
