@@ -12,7 +12,15 @@ use crate::config::Config;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct JobSpec {
+    /// This node's Slurm job: a heterogeneous job's component here has its
+    /// own (directories, cgroups, extern step and epilog are per component).
     pub job_id: u32,
+    /// The job whose one Ray cluster this node joins: a heterogeneous job's
+    /// leader (all its components' nodes form one cluster; `root/hetjob.rs`),
+    /// else `job_id`. What every node's agent must agree on (secret, mesh
+    /// ports and calls) derives from it; see `cluster()`.
+    #[serde(default)]
+    pub cluster_id: u32,
     pub uid: u32,
     pub gid: u32,
     pub user: String,
@@ -122,10 +130,20 @@ impl JobSpec {
         }
     }
 
+    /// The id of the job's Ray cluster (`cluster_id`; a record without one
+    /// is a plain job's).
+    pub fn cluster(&self) -> u32 {
+        if self.cluster_id == 0 {
+            self.job_id
+        } else {
+            self.cluster_id
+        }
+    }
+
     /// Ports this job's agents may listen on, in the order peers try them.
-    /// Derived from the job id, so every node computes the same list.
+    /// Derived from the cluster's id, so every node computes the same list.
     pub fn mesh_ports(&self) -> Vec<u16> {
-        mesh_ports(self.job_id, self.config.mesh_ports.bounds())
+        mesh_ports(self.cluster(), self.config.mesh_ports.bounds())
     }
 }
 
@@ -136,6 +154,7 @@ pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
     let job = job_id.to_string();
     JobSpec {
         job_id,
+        cluster_id: job_id,
         uid: 1000,
         gid: 1000,
         user: "u".into(),

@@ -21,11 +21,17 @@ fn hmac_hex(key: &[u8], msg: &str) -> String {
 }
 
 /// The job's secret on every node of the job alike: from the site key, the
-/// job's id and user, and how often and when Slurm started it, so that a
-/// requeued job (same id) gets a fresh one.
+/// job's (cluster's) id and user, and how often and when Slurm started it, so
+/// that a requeued job (same id) gets a fresh one. A heterogeneous job's
+/// components start together and share the leader's id, so all derive one.
 pub fn job_secret(site_key: &[u8], spec: &crate::job::JobSpec) -> String {
-    let run =
-        format!("syndeo job {} uid {} restart {} start {}", spec.job_id, spec.uid, spec.restart_count, spec.start_time);
+    let run = format!(
+        "syndeo job {} uid {} restart {} start {}",
+        spec.cluster(),
+        spec.uid,
+        spec.restart_count,
+        spec.start_time
+    );
     hmac_hex(site_key, &run)
 }
 

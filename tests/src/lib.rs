@@ -623,6 +623,34 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// Takes a node's link (eth0) down; brings it back up when dropped,
+/// whatever the test did.
+pub struct LinkDown(&'static str);
+
+impl LinkDown {
+    pub fn new(node: &'static str) -> LinkDown {
+        let o = run(&["ip", "-n", &node_netns(node), "link", "set", "eth0", "down"]);
+        assert!(o.status.success(), "{}", text(&o));
+        LinkDown(node)
+    }
+}
+
+impl Drop for LinkDown {
+    fn drop(&mut self) {
+        run(&["ip", "-n", &node_netns(self.0), "link", "set", "eth0", "up"]);
+        run(&[
+            "ip",
+            "-n",
+            &node_netns(self.0),
+            "route",
+            "replace",
+            "default",
+            "via",
+            &format!("{}.1", bridge_prefix()),
+        ]);
+    }
+}
+
 /// Replaces one line of /etc/syndeo/syndeo.toml for as long as the guard lives.
 pub struct ConfigOverride {
     original: String,

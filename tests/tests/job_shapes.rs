@@ -1,5 +1,5 @@
 //! Every job shape Slurm allows works or is refused clearly: job arrays,
-//! heterogeneous jobs, exclusive and overcommitted nodes, parallel steps,
+//! exclusive and overcommitted nodes, parallel steps,
 //! overlapping steps from salloc; and peers are reached at Slurm's NodeAddr.
 use std::time::Duration;
 
@@ -51,45 +51,6 @@ fn a_job_array_runs_one_cluster_per_task_concurrently_on_shared_nodes() {
     assert_eq!(unique.len(), 4, "tasks shared a cluster: {addrs:?}");
     let overlapping = spans.iter().enumerate().any(|(i, a)| spans.iter().skip(i + 1).any(|b| a.0 < b.1 && b.0 < a.1));
     assert!(overlapping, "no two array tasks ran at once: {spans:?}");
-    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
-}
-
-/// A heterogeneous job with --syndeo gets a clear refusal: its components
-/// are separate allocations.
-#[test]
-#[ignore = "needs the minicluster (tests/run)"]
-fn a_heterogeneous_job_gets_a_clear_refusal_and_drains_nothing() {
-    let image = image();
-    let dir = workdir(user_a(), "hetjob");
-    write_file(user_a(), &dir.join("job.sh"), "#!/bin/bash\necho SCRIPT RAN\n");
-    let o = as_user(
-        user_a(),
-        &dir,
-        &[
-            "sbatch",
-            "--parsable",
-            "-o",
-            "job.out",
-            "-e",
-            "job.err",
-            "-N1",
-            &format!("--syndeo={image}"),
-            ":",
-            "-N1",
-            "job.sh",
-        ],
-    );
-    let t = text(&o);
-    if o.status.success() {
-        let id: u32 = String::from_utf8_lossy(&o.stdout).trim().split(['+', ';']).next().unwrap().parse().unwrap();
-        let job = Job { id, dir: dir.clone() };
-        job.wait(Duration::from_secs(120));
-        let out = job.output();
-        assert!(out.contains("syndeo does not run a Ray cluster for a heterogeneous job"), "{out}");
-        assert!(!out.contains("SCRIPT RAN"), "{out}");
-    } else {
-        assert!(t.contains("heterogeneous"), "{t}");
-    }
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
 }
 

@@ -111,33 +111,6 @@ fn invalid_site_config_fails_syndeo_jobs_with_the_reason_and_drains_no_node() {
     assert_eq!(plain.wait(Duration::from_secs(60)), "COMPLETED");
 }
 
-/// Brings a node's link back up when dropped, whatever the test did.
-struct LinkDown(&'static str);
-
-impl LinkDown {
-    fn new(node: &'static str) -> LinkDown {
-        let o = run(&["ip", "-n", &node_netns(node), "link", "set", "eth0", "down"]);
-        assert!(o.status.success(), "{}", text(&o));
-        LinkDown(node)
-    }
-}
-
-impl Drop for LinkDown {
-    fn drop(&mut self) {
-        run(&["ip", "-n", &node_netns(self.0), "link", "set", "eth0", "up"]);
-        run(&[
-            "ip",
-            "-n",
-            &node_netns(self.0),
-            "route",
-            "replace",
-            "default",
-            "via",
-            &format!("{}.1", bridge_prefix()),
-        ]);
-    }
-}
-
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_link_lost_during_start_up_fails_the_job_within_the_start_up_timeout_naming_the_node() {

@@ -130,7 +130,7 @@ async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>
 async fn take_office(shared: &Shared, ip: IpAddr, ports: &NodePorts, dropped: &Dropped) -> Result<HeadPorts, End> {
     let spec = &shared.spec;
     let token = crate::secret::random_token().map_err(|e| fail(shared, format!("node fault: no random token: {e}")))?;
-    let job = shared.launcher.slurm_job(spec.job_id).await;
+    let job = shared.launcher.slurm_job(spec.cluster()).await;
     let head_ports = HeadPorts::pick(spec, ports).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
     publish(shared, |v| {
         v.set_phase(Phase::Starting);

@@ -76,7 +76,7 @@ pub async fn run(
 
 fn report(shared: &Shared, ok: bool, message: String) -> NodeReport {
     let spec = &shared.spec;
-    NodeReport { job_id: spec.job_id, node: spec.node.clone(), ok, message }
+    NodeReport { job_id: spec.cluster(), node: spec.node.clone(), ok, message }
 }
 
 /// The head's stream of cluster views.
@@ -85,7 +85,7 @@ async fn open_watch(
     head: &mut MeshClient<Channel>,
     head_node: &str,
 ) -> Result<Streaming<ClusterView>, End> {
-    let req = WatchRequest { job_id: shared.spec.job_id, node: shared.spec.node.clone() };
+    let req = WatchRequest { job_id: shared.spec.cluster(), node: shared.spec.node.clone() };
     match head.watch(req).await {
         Ok(s) => Ok(s.into_inner()),
         // It was head when we asked, and no longer is: elect again.

@@ -2,8 +2,7 @@
 //! cannot write, a missing site key), with a reason that names it. Slurm
 //! would drain the node anyway when the prolog fails, as "Prolog error";
 //! it keeps a reason set before that. A user's mistake never comes here.
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Slurm keeps reasons short in `sinfo -R`; the whole cause is in slurmd's log.
 const REASON_MAX: usize = 200;
@@ -13,32 +12,10 @@ const REASON_MAX: usize = 200;
 /// the node in any case.
 pub fn drain(node: &str, cause: &str) {
     let reason = reason(cause);
-    let mut cmd = Command::new("scontrol");
-    cmd.args(["update", &format!("NodeName={node}"), "State=DRAIN", &format!("Reason={reason}")])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if let Ok(conf) = std::env::var("SLURM_CONF") {
-        cmd.env("SLURM_CONF", conf);
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return eprintln!("cannot run scontrol to drain {node}: {e}"),
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match child.try_wait() {
-            Ok(Some(s)) if s.success() => return eprintln!("drained {node}: {reason}"),
-            Ok(Some(s)) => return eprintln!("scontrol could not drain {node} ({s})"),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return eprintln!("scontrol did not drain {node} within 10 s");
-            }
-        }
+    let args = ["update", &format!("NodeName={node}"), "State=DRAIN", &format!("Reason={reason}")];
+    match super::slurm_client::run("scontrol", &args, Duration::from_secs(10)) {
+        Ok(_) => eprintln!("drained {node}: {reason}"),
+        Err(e) => eprintln!("scontrol could not drain {node}: it {e}"),
     }
 }
 

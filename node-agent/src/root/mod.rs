@@ -10,6 +10,7 @@ pub mod budget;
 pub mod dirs;
 pub mod drain;
 pub mod epilog;
+pub mod hetjob;
 pub mod logs;
 pub mod metrics_sd;
 pub mod mounts;
@@ -19,6 +20,7 @@ pub mod procs;
 pub mod prolog;
 pub mod remove;
 pub mod sitekey;
+pub mod slurm_client;
 pub mod start;
 pub mod state;
 

@@ -24,7 +24,7 @@ use syndeo_protocol::layout::JobDir;
 use super::dirs::{ensure_root_base, make_job_dir};
 use super::privdrop::Identity;
 use super::state::{JobState, StateDir};
-use super::{drain, mounts, note, sitekey};
+use super::{drain, hetjob, mounts, note, sitekey};
 use crate::config::Config;
 use crate::job::JobSpec;
 use crate::limits::JobLimits;
@@ -67,8 +67,12 @@ fn prepare(a: &PrologArgs) -> Result<()> {
         Ok(base) => config.temp_base = base,
         Err(msg) => return refuse(a, &id, &config, JobRefused(msg)),
     }
+    let het = match het_layout(a.common.job) {
+        Ok(h) => h,
+        Err(refused) => return refuse(a, &id, &config, refused),
+    };
     let key = sitekey::read(&config.site_key)?;
-    let spec = job_spec(a, &id, config)?;
+    let spec = job_spec(a, &id, config, het)?;
     let secret = secret::job_secret(&key, &spec);
     make_dirs(a, &spec)?;
     make_metrics_file(&spec);
@@ -83,14 +87,29 @@ fn check_job(a: &PrologArgs) -> std::result::Result<(), JobRefused> {
     if let Some(image) = &a.image {
         check_image_value(image).map_err(|m| JobRefused(m.trim_start_matches("syndeo: ").to_string()))?;
     }
-    if std::env::var("SLURM_HET_JOB_ID").is_ok_and(|v| !v.is_empty() && v != "0") {
-        return Err(JobRefused(
-            "syndeo does not run a Ray cluster for a heterogeneous job (its components are separate \
-             allocations); submit one job with --syndeo for the nodes that need Ray"
-                .into(),
-        ));
-    }
     Ok(())
+}
+
+/// A heterogeneous job's layout (`hetjob.rs`), None for a plain job. What
+/// goes wrong is the job's, never the node's: a user who puts two
+/// components on one node is told so, and a controller that does not answer
+/// fails this job only.
+fn het_layout(job: u32) -> std::result::Result<Option<hetjob::Layout>, JobRefused> {
+    let Some(leader) = std::env::var("SLURM_HET_JOB_ID").ok().and_then(|v| v.parse::<u32>().ok()).filter(|&v| v != 0)
+    else {
+        return Ok(None);
+    };
+    let layout = hetjob::query(leader)
+        .and_then(|text| hetjob::parse(&text, leader))
+        .and_then(|components| hetjob::layout(&components, leader, job));
+    match layout {
+        Ok(l) => Ok(Some(l)),
+        Err(hetjob::LayoutError::User(m)) => Err(JobRefused(m)),
+        Err(hetjob::LayoutError::Node(m)) => Err(JobRefused(format!(
+            "syndeo could not learn heterogeneous job {leader}'s nodes from Slurm's controller ({m}); \
+             submit the job again, and tell the admins if it happens again"
+        ))),
+    }
 }
 
 /// Leaves `message` as the job's note on this node (the job's steps print it
@@ -150,7 +169,7 @@ fn make_metrics_file(spec: &JobSpec) {
 
 /// The job as this node sees it, from the prolog's environment (set by
 /// slurmd), the plugin's arguments and the node addresses it sends on stdin.
-fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
+fn job_spec(a: &PrologArgs, id: &Identity, config: Config, het: Option<hetjob::Layout>) -> Result<JobSpec> {
     let env = |k: &str| {
         // The plugin passes only these: a name missing there would read as unset.
         debug_assert!(syndeo_protocol::env::JOB_SCRIPT_ENV.contains(&k), "{k} is not in JOB_SCRIPT_ENV");
@@ -160,21 +179,29 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
     let list = env("SLURM_JOB_NODELIST")
         .or_else(|| env("SLURM_NODELIST"))
         .ok_or_else(|| anyhow!("neither SLURM_JOB_NODELIST nor SLURM_NODELIST is set in the prolog"))?;
-    let nodes = hostlist::expand(&list)?;
-    let index = nodes
+    // This node's place among its own component's nodes (what the CPU
+    // counts follow), and in the cluster's (all components' in a
+    // heterogeneous job).
+    let own_nodes = hostlist::expand(&list)?;
+    let own_index = own_nodes
         .iter()
         .position(|n| *n == node)
         .ok_or_else(|| anyhow!("this node ({node}) is not in the job's node list {list}"))?;
+    let (cluster_id, het_group, nodes) = match het {
+        Some(h) => (h.cluster_id, h.offset, h.nodes),
+        None => (a.common.job, 0, own_nodes),
+    };
+    let index = nodes.iter().position(|n| *n == node).ok_or_else(|| anyhow!("{node} is not in the cluster's nodes"))?;
     let cpus = env("SLURM_JOB_CPUS_PER_NODE")
         .map(|s| alloc::cpus_per_node(&s))
         .transpose()?
-        .and_then(|v| v.get(index).copied())
+        .and_then(|v| v.get(own_index).copied())
         .unwrap_or(1);
     let gpus = alloc::gpu_ids(env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).as_deref());
     let gres_conf = std::fs::read_to_string(gres::gres_conf_path(env("SLURM_CONF").as_deref())).unwrap_or_default();
     let gpu_devices = gres::gpu_devices(&gres_conf, &node, &gpus);
     let slurm_conf = crate::slurm_conf::path(env("SLURM_CONF").as_deref());
-    let labels = node_labels(&node, env("SLURM_JOB_PARTITION"), &gpus, &gres_conf, &slurm_conf);
+    let labels = node_labels(&node, env("SLURM_JOB_PARTITION"), het_group, &gpus, &gres_conf, &slurm_conf);
     let addrs = node_addrs(&nodes)?;
     let propagate: Vec<&str> = a.propagate.iter().map(String::as_str).collect();
     let (rlimits, umask) = (format!("SPANK_{RLIMITS_RECORD}"), format!("SPANK_{UMASK_RECORD}"));
@@ -182,6 +209,7 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
     let job = a.common.job.to_string();
     Ok(JobSpec {
         job_id: a.common.job,
+        cluster_id,
         uid: id.uid,
         gid: id.gid,
         user: id.name.clone(),
@@ -209,13 +237,20 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config) -> Result<JobSpec> {
 
 /// What Slurm says of this node, for its Ray labels: its name, the job's
 /// partition (none when Slurm names several), its features (slurm.conf),
-/// and the job's GPUs there with their type (gres.conf). A plain job is its
-/// own heterogeneous component 0.
-fn node_labels(node: &str, partition: Option<String>, gpus: &[String], gres_conf: &str, conf: &Path) -> SlurmLabels {
+/// and the job's GPUs there with their type (gres.conf), and its
+/// heterogeneous job component (a plain job is its own component 0).
+fn node_labels(
+    node: &str,
+    partition: Option<String>,
+    het_group: u32,
+    gpus: &[String],
+    gres_conf: &str,
+    conf: &Path,
+) -> SlurmLabels {
     SlurmLabels {
         node: node.into(),
         partition: partition.filter(|p| !p.contains(',')),
-        het_group: 0,
+        het_group,
         features: features::read_node_features(conf, node),
         gpu_count: gpus.len() as u32,
         gpu_type: gres::gpu_type(gres_conf, node, gpus),
@@ -254,8 +289,8 @@ mod tests {
         std::fs::write(&conf, "NodeName=node[1-2] Features=cpu_fast Gres=gpu:standin:2\n").unwrap();
         let gres = "Name=gpu Type=standin File=/dev/x/nvidia[7,9]\n";
         let gpus = ["1".to_string()];
-        let l = node_labels("node2", Some("debug".into()), &gpus, gres, &conf);
-        let several = node_labels("node3", Some("debug,fast".into()), &[], gres, &conf);
+        let l = node_labels("node2", Some("debug".into()), 0, &gpus, gres, &conf);
+        let several = node_labels("node3", Some("debug,fast".into()), 1, &[], gres, &conf);
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!((l.node.as_str(), l.partition.as_deref(), l.het_group), ("node2", Some("debug"), 0));
         assert_eq!(
@@ -263,5 +298,6 @@ mod tests {
             (vec!["cpu_fast".to_string()], 1, Some("standin"))
         );
         assert_eq!((several.partition, several.features.len(), several.gpu_type), (None, 0, None));
+        assert_eq!(several.het_group, 1);
     }
 }

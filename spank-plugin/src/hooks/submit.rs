@@ -28,11 +28,55 @@ fn given_here() -> Option<Option<String>> {
     GIVEN_HERE.lock().map(|g| g.clone()).unwrap_or(None)
 }
 
+/// The components of a heterogeneous job seen so far in this command:
+/// Slurm calls `init_post_opt` once per component, in order (see Slurm's
+/// heterogeneous_jobs.html, "System Administrator Information"), and the
+/// option callback only for the components that name `--syndeo`.
+#[derive(Debug, Default)]
+struct Components {
+    seen: u32,
+    /// `--syndeo` as the first component had it.
+    first: Option<Option<String>>,
+}
+
+static COMPONENTS: Mutex<Components> = Mutex::new(Components { seen: 0, first: None });
+
+impl Components {
+    /// Counts one more component; `given` is `--syndeo` as it stands after
+    /// that component's options (the callback's note lasts the process).
+    /// One cluster spans the whole job, asked for on its first component:
+    /// later components join it, with the same image.
+    fn next(&mut self, given: &Option<Option<String>>) -> Result<(), HookError> {
+        let index = self.seen;
+        self.seen += 1;
+        if index == 0 {
+            self.first = given.clone();
+            return Ok(());
+        }
+        match (&self.first, given) {
+            (None, Some(_)) => Err(HookError(format!(
+                "syndeo: --syndeo is on component {index} of this heterogeneous job but not on its first; \
+                 put it before the first ':' (one Ray cluster then spans every component)"
+            ))),
+            (Some(first), Some(now)) if first != now => Err(HookError(format!(
+                "syndeo: component {index} of this heterogeneous job names another --syndeo image than the \
+                 first; the job has one Ray cluster: give --syndeo once, before the first ':'"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `slurm_spank_init_post_opt`, at submit: the record of limits and umask;
 /// for sbatch and salloc, syndeo's record of the request in place of
-/// Slurm's ([`REQUEST_RECORD`]).
+/// Slurm's ([`REQUEST_RECORD`]). Every component of a heterogeneous job
+/// whose first component asked for a cluster carries the request.
 pub fn init_post_opt(sp: &dyn Spank, node: &dyn Node) -> HookResult {
-    record(sp, node, given_here())
+    let given = given_here();
+    if matches!(sp.context(), Context::Local | Context::Allocator) {
+        COMPONENTS.lock().map_err(|_| HookError("syndeo: internal lock poisoned".into()))?.next(&given)?;
+    }
+    record(sp, node, given)
 }
 
 /// What `init_post_opt` records, given `--syndeo`'s value as the callback saw it.
@@ -158,6 +202,23 @@ mod tests {
         assert!(r.contains("NOFILE=") && r.contains("CORE="), "{r}");
         let sample = "Max open files            1024                 524288               files     \n";
         assert_eq!(rlimits_record(sample), "NOFILE=1024:524288");
+    }
+
+    #[test]
+    fn a_heterogeneous_jobs_later_components_join_the_first_ones_request_and_may_not_start_or_change_it() {
+        let img = Some(Some("/img".to_string()));
+        let mut first_only = Components::default();
+        assert!(first_only.next(&img).is_ok() && first_only.next(&img).is_ok() && first_only.next(&img).is_ok());
+        let mut none = Components::default();
+        assert!(none.next(&None).is_ok() && none.next(&None).is_ok());
+        let mut later_only = Components::default();
+        later_only.next(&None).unwrap();
+        let e = later_only.next(&img).unwrap_err().0;
+        assert!(e.contains("on component 1") && e.contains("before the first ':'"), "{e}");
+        let mut changed = Components::default();
+        changed.next(&img).unwrap();
+        let e = changed.next(&Some(Some("/other".into()))).unwrap_err().0;
+        assert!(e.contains("another --syndeo image"), "{e}");
     }
 
     #[test]

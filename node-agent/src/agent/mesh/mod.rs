@@ -94,7 +94,7 @@ impl MeshService {
     /// another job id is a bug or a confusion, refused all the same.
     fn check(&self, job_id: u32, node: &str) -> Result<(), Status> {
         counters::call_served();
-        if job_id != self.shared.spec.job_id {
+        if job_id != self.shared.spec.cluster() {
             warn!(claimed_job = job_id, claimed_node = node, "refused a mesh call for another job");
             return Err(Status::permission_denied("not this job's agent"));
         }
@@ -186,7 +186,7 @@ pub async fn connect(shared: &Shared, addr: SocketAddr) -> Option<MeshClient<Cha
 pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(MeshClient<Channel>, pb::JoinReply)> {
     for port in shared.spec.mesh_ports() {
         let Some(mut client) = connect(shared, SocketAddr::new(ip, port)).await else { continue };
-        let req = pb::JoinRequest { job_id: shared.spec.job_id, node: shared.spec.node.clone() };
+        let req = pb::JoinRequest { job_id: shared.spec.cluster(), node: shared.spec.node.clone() };
         if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(2), client.join(req)).await {
             return Some((client, reply.into_inner()));
         }
