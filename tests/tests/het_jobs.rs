@@ -56,7 +56,7 @@ fn wait_and_assert_clean(job: &Job, ids: &[u32], limit: Duration) -> String {
 /// A driver, run as a step of component 0 (on the head's node: the
 /// minicluster's nodes share one PID namespace, where Ray's driver takes
 /// every node's raylet for a local one and picks the head's), that prints each live node's
-/// address, CPUs and `slurm/*` labels, then where tasks that select a
+/// address, CPUs, memory (MiB) and `slurm/*` labels, then where tasks that select a
 /// component ran.
 const DRIVER: &str = r#"
 import json, socket, ray
@@ -64,7 +64,8 @@ ray.init()
 for n in ray.nodes():
     if n["Alive"]:
         labels = {k: v for k, v in n["Labels"].items() if k.startswith("slurm/")}
-        print("NODE", json.dumps([n["NodeManagerAddress"], n["Resources"].get("CPU"), labels], sort_keys=True))
+        mem = int(n["Resources"].get("memory", 0)) >> 20
+        print("NODE", json.dumps([n["NodeManagerAddress"], n["Resources"].get("CPU"), mem, labels], sort_keys=True))
 @ray.remote(num_cpus=0.1)
 def host():
     return socket.gethostname()
@@ -89,7 +90,10 @@ fn a_two_component_job_is_one_cluster_with_each_components_cpus_labels_and_addre
     let syndeo = format!("--syndeo={image}");
     let (job, ids) = sbatch_het(
         &dir,
-        &[&["-N1", "-p", "debug", "-w", "node3", "-c1", &syndeo], &["-N2", "-p", "fast", "-c2"]],
+        &[
+            &["-N1", "-p", "debug", "-w", "node3", "-c1", "--mem=900M", &syndeo],
+            &["-N2", "-p", "fast", "-c2", "--mem=1500M"],
+        ],
         &script,
     );
     let state = wait_and_assert_clean(&job, &ids, Duration::from_secs(300));
@@ -107,26 +111,28 @@ fn a_two_component_job_is_one_cluster_with_each_components_cpus_labels_and_addre
     let mut in_image = job.lines("IMAGE1 ");
     in_image.sort();
     assert_eq!(in_image, steps, "srun --het-group=1 --syndeo: {out}");
-    // One cluster of three nodes; each node's CPUs and labels from its own component.
+    // One cluster of three nodes; each node's CPUs, memory (two thirds of its
+    // component's --mem: the object store has the rest) and labels from its
+    // own component.
     let mut seen = Vec::new();
     for line in job.lines("NODE ") {
-        let (addr, cpus, labels): (String, f64, std::collections::BTreeMap<String, String>) =
+        let (addr, cpus, mem, labels): (String, f64, u64, std::collections::BTreeMap<String, String>) =
             serde_json::from_str(&line).expect("node json");
         let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
-        seen.push((
-            get("slurm/node"),
-            addr == node_addr(&get("slurm/node")),
-            cpus,
-            get("slurm/het-group"),
-            get("slurm/partition"),
-        ));
+        let node = get("slurm/node");
+        seen.push((node.clone(), addr == node_addr(&node), cpus, mem, get("slurm/het-group"), get("slurm/partition")));
     }
     seen.sort_by(|a, b| a.0.cmp(&b.0));
-    let want =
-        |n: &str, cpus: f64, group: &str, part: &str| (n.to_string(), true, cpus, group.to_string(), part.to_string());
+    let want = |n: &str, cpus: f64, mem: u64, group: &str, part: &str| {
+        (n.to_string(), true, cpus, mem, group.to_string(), part.to_string())
+    };
     assert_eq!(
         seen,
-        [want("node1", 2.0, "1", "fast"), want("node2", 2.0, "1", "fast"), want("node3", 1.0, "0", "debug")],
+        [
+            want("node1", 2.0, 1000, "1", "fast"),
+            want("node2", 2.0, 1000, "1", "fast"),
+            want("node3", 1.0, 600, "0", "debug")
+        ],
         "{out}"
     );
     // Ray may put all of a selector's tasks on one node of the component.
