@@ -65,7 +65,8 @@ for n in ray.nodes():
     if n["Alive"]:
         labels = {k: v for k, v in n["Labels"].items() if k.startswith("slurm/")}
         mem = int(n["Resources"].get("memory", 0)) >> 20
-        print("NODE", json.dumps([n["NodeManagerAddress"], n["Resources"].get("CPU"), mem, labels], sort_keys=True))
+        gpus = n["Resources"].get("GPU", 0)
+        print("NODE", json.dumps([n["NodeManagerAddress"], n["Resources"].get("CPU"), mem, gpus, labels], sort_keys=True))
 @ray.remote(num_cpus=0.1)
 def host():
     return socket.gethostname()
@@ -73,6 +74,8 @@ for group in ["0", "1"]:
     sel = {"slurm/het-group": group}
     hosts = ray.get([host.options(label_selector=sel).remote() for _ in range(12)], timeout=120)
     print("GROUP", group, " ".join(sorted(set(hosts))))
+hosts = ray.get([host.options(label_selector={"slurm/gpu-count": "!0"}).remote() for _ in range(12)], timeout=120)
+print("GPU_NODES", " ".join(sorted(set(hosts))))
 "#;
 
 #[test]
@@ -92,7 +95,7 @@ fn a_two_component_job_is_one_cluster_with_each_components_cpus_labels_and_addre
         &dir,
         &[
             &["-N1", "-p", "debug", "-w", "node3", "-c1", "--mem=900M", &syndeo],
-            &["-N2", "-p", "fast", "-c2", "--mem=1500M"],
+            &["-N2", "-p", "fast", "-c2", "--mem=1500M", "--gres=gpu:1"],
         ],
         &script,
     );
@@ -112,26 +115,27 @@ fn a_two_component_job_is_one_cluster_with_each_components_cpus_labels_and_addre
     in_image.sort();
     assert_eq!(in_image, steps, "srun --het-group=1 --syndeo: {out}");
     // One cluster of three nodes; each node's CPUs, memory (two thirds of its
-    // component's --mem: the object store has the rest) and labels from its
-    // own component.
+    // component's --mem: the object store has the rest), GPUs and labels
+    // from its own component.
     let mut seen = Vec::new();
     for line in job.lines("NODE ") {
-        let (addr, cpus, mem, labels): (String, f64, u64, std::collections::BTreeMap<String, String>) =
-            serde_json::from_str(&line).expect("node json");
+        type Node = (String, f64, u64, f64, std::collections::BTreeMap<String, String>);
+        let (addr, cpus, mem, gpus, labels): Node = serde_json::from_str(&line).expect("node json");
         let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
         let node = get("slurm/node");
-        seen.push((node.clone(), addr == node_addr(&node), cpus, mem, get("slurm/het-group"), get("slurm/partition")));
+        let slurm = (get("slurm/het-group"), get("slurm/partition"), get("slurm/gpu-count"));
+        seen.push((node.clone(), addr == node_addr(&node), (cpus, mem, gpus), slurm));
     }
     seen.sort_by(|a, b| a.0.cmp(&b.0));
-    let want = |n: &str, cpus: f64, mem: u64, group: &str, part: &str| {
-        (n.to_string(), true, cpus, mem, group.to_string(), part.to_string())
+    let want = |n: &str, res: (f64, u64, f64), group: &str, part: &str, gpus: &str| {
+        (n.to_string(), true, res, (group.to_string(), part.to_string(), gpus.to_string()))
     };
     assert_eq!(
         seen,
         [
-            want("node1", 2.0, 1000, "1", "fast"),
-            want("node2", 2.0, 1000, "1", "fast"),
-            want("node3", 1.0, 600, "0", "debug")
+            want("node1", (2.0, 1000, 1.0), "1", "fast", "1"),
+            want("node2", (2.0, 1000, 1.0), "1", "fast", "1"),
+            want("node3", (1.0, 600, 0.0), "0", "debug", "0")
         ],
         "{out}"
     );
@@ -141,6 +145,8 @@ fn a_two_component_job_is_one_cluster_with_each_components_cpus_labels_and_addre
     assert_eq!(groups[0], "0 node3", "tasks landed outside component 0: {out}");
     let hosts: Vec<&str> = groups[1].strip_prefix("1 ").unwrap_or("").split_whitespace().collect();
     assert!(!hosts.is_empty() && hosts.iter().all(|h| ["node1", "node2"].contains(h)), "outside component 1: {out}");
+    let gpu_nodes = job.lines("GPU_NODES ");
+    assert!(gpu_nodes.len() == 1 && !gpu_nodes[0].contains("node3"), "a GPU selector reached node3: {out}");
 }
 
 #[test]
