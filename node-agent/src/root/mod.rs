@@ -15,6 +15,7 @@ pub mod logs;
 pub mod metrics_sd;
 pub mod mounts;
 pub mod note;
+pub mod ops;
 pub mod privdrop;
 pub mod procs;
 pub mod prolog;
