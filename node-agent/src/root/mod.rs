@@ -10,6 +10,8 @@ pub mod budget;
 pub mod dirs;
 pub mod drain;
 pub mod epilog;
+#[cfg(test)]
+mod fake_ops;
 pub mod hetjob;
 pub mod logs;
 pub mod metrics_sd;
@@ -19,6 +21,8 @@ pub mod ops;
 pub mod privdrop;
 pub mod procs;
 pub mod prolog;
+#[cfg(test)]
+mod prolog_tests;
 pub mod remove;
 pub mod sitekey;
 pub mod slurm_client;
