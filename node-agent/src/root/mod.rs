@@ -10,6 +10,7 @@ pub mod budget;
 pub mod dirs;
 pub mod drain;
 pub mod epilog;
+pub mod epilog_ops;
 #[cfg(test)]
 mod fake_ops;
 pub mod hetjob;
