@@ -24,6 +24,7 @@ use crate::job::JobSpec;
 use crate::pidfd::Process;
 
 /// What root's state directory of the job held, when there was one.
+#[derive(Clone)]
 pub struct Recorded {
     /// The spec and secret, if they could be read.
     pub state: Option<JobState>,

@@ -12,6 +12,10 @@ pub mod drain;
 pub mod epilog;
 pub mod epilog_ops;
 #[cfg(test)]
+mod epilog_tests;
+#[cfg(test)]
+mod fake_epilog_ops;
+#[cfg(test)]
 mod fake_ops;
 pub mod hetjob;
 pub mod logs;
