@@ -10,14 +10,24 @@ pub mod budget;
 pub mod dirs;
 pub mod drain;
 pub mod epilog;
+pub mod epilog_ops;
+#[cfg(test)]
+mod epilog_tests;
+#[cfg(test)]
+mod fake_epilog_ops;
+#[cfg(test)]
+mod fake_ops;
 pub mod hetjob;
 pub mod logs;
 pub mod metrics_sd;
 pub mod mounts;
 pub mod note;
+pub mod ops;
 pub mod privdrop;
 pub mod procs;
 pub mod prolog;
+#[cfg(test)]
+mod prolog_tests;
 pub mod remove;
 pub mod sitekey;
 pub mod slurm_client;

@@ -11,7 +11,6 @@
 //! which the job's steps print, and the prolog succeeds: a failed prolog
 //! drains the node. Errors returned from here are node faults: the node is drained with
 //! a reason that names the fault.
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
@@ -21,10 +20,10 @@ use syndeo_protocol::image::check_image_value;
 use syndeo_protocol::labels::SlurmLabels;
 use syndeo_protocol::layout::JobDir;
 
-use super::dirs::{ensure_root_base, make_job_dir};
+use super::hetjob;
+use super::ops::{PrologOps, System};
 use super::privdrop::Identity;
-use super::state::{JobState, StateDir};
-use super::{drain, hetjob, mounts, note, sitekey};
+use super::state::JobState;
 use crate::config::Config;
 use crate::job::JobSpec;
 use crate::limits::JobLimits;
@@ -33,11 +32,16 @@ use syndeo_protocol::root::Prolog as PrologArgs;
 
 pub fn run(a: &PrologArgs) -> Result<()> {
     mark_inherited_fds_cloexec();
-    let result = prepare(a);
+    run_with(&System, a)
+}
+
+/// The prolog on `ops`: an error is a node fault, and drains the node.
+pub(super) fn run_with<O: PrologOps>(ops: &O, a: &PrologArgs) -> Result<()> {
+    let result = prepare(ops, a);
     if let Err(e) = &result {
-        let node = std::env::var("SLURMD_NODENAME").unwrap_or_default();
+        let node = ops.env("SLURMD_NODENAME").unwrap_or_default();
         if !node.is_empty() {
-            drain::drain(&node, &format!("node fault in the prolog of job {}: {e:#}", a.common.job));
+            ops.drain(&node, &format!("node fault in the prolog of job {}: {e:#}", a.common.job));
         }
     }
     result
@@ -47,37 +51,36 @@ pub fn run(a: &PrologArgs) -> Result<()> {
 /// node's fault: the message for the job's steps.
 struct JobRefused(String);
 
-fn prepare(a: &PrologArgs) -> Result<()> {
-    let id = Identity::lookup(a.common.uid, a.gid)?;
-    let mut config = match Config::load(&a.common.config) {
+fn prepare<O: PrologOps>(ops: &O, a: &PrologArgs) -> Result<()> {
+    let id = ops.identity(a.common.uid, a.gid)?;
+    let mut config = match ops.load_config(&a.common.config) {
         Ok(c) => c,
         // A broken site config must not drain every node it reaches: syndeo
         // jobs fail with the reason, other jobs run on.
         Err(e) => {
             let msg = format!("syndeo's site configuration is invalid, ask the admins to fix it: {e}");
-            return refuse(a, &id, &Config::default(), JobRefused(msg));
+            return refuse(ops, a, &id, &Config::default(), JobRefused(msg));
         }
     };
     if let Err(refused) = check_job(a) {
-        return refuse(a, &id, &config, refused);
+        return refuse(ops, a, &id, &config, refused);
     }
     // Under Slurm's per-job /tmp (job_container/tmpfs, namespace/tmpfs) the
     // temp dir must lie where the job's steps see it too (job_container.rs).
-    match crate::job_container::node_temp_base(&config) {
+    match ops.node_temp_base(&config) {
         Ok(base) => config.temp_base = base,
-        Err(msg) => return refuse(a, &id, &config, JobRefused(msg)),
+        Err(msg) => return refuse(ops, a, &id, &config, JobRefused(msg)),
     }
-    let het = match het_layout(a.common.job) {
+    let het = match het_layout(ops, a.common.job) {
         Ok(h) => h,
-        Err(refused) => return refuse(a, &id, &config, refused),
+        Err(refused) => return refuse(ops, a, &id, &config, refused),
     };
-    let key = sitekey::read(&config.site_key)?;
-    let spec = job_spec(a, &id, config, het)?;
+    let key = ops.read_site_key(&config.site_key)?;
+    let spec = job_spec(ops, a, &id, config, het)?;
     let secret = secret::job_secret(&key, &spec);
-    make_dirs(a, &spec)?;
-    make_metrics_file(&spec);
-    let state = StateDir::create(&a.common.runtime_base, spec.job_id)?;
-    state.save(&JobState { spec, secret })
+    make_dirs(ops, a, &spec)?;
+    make_metrics_file(ops, &spec);
+    ops.save_state(&a.common.runtime_base, &JobState { spec, secret })
 }
 
 /// What the user controls about the job, checked again as root: the
@@ -94,12 +97,12 @@ fn check_job(a: &PrologArgs) -> std::result::Result<(), JobRefused> {
 /// goes wrong is the job's, never the node's: a user who puts two
 /// components on one node is told so, and a controller that does not answer
 /// fails this job only.
-fn het_layout(job: u32) -> std::result::Result<Option<hetjob::Layout>, JobRefused> {
-    let Some(leader) = std::env::var("SLURM_HET_JOB_ID").ok().and_then(|v| v.parse::<u32>().ok()).filter(|&v| v != 0)
-    else {
+fn het_layout<O: PrologOps>(ops: &O, job: u32) -> std::result::Result<Option<hetjob::Layout>, JobRefused> {
+    let Some(leader) = ops.env("SLURM_HET_JOB_ID").and_then(|v| v.parse::<u32>().ok()).filter(|&v| v != 0) else {
         return Ok(None);
     };
-    let layout = hetjob::query(leader)
+    let layout = ops
+        .query_het_job(leader)
         .and_then(|text| hetjob::parse(&text, leader))
         .and_then(|components| hetjob::layout(&components, leader, job));
     match layout {
@@ -114,41 +117,48 @@ fn het_layout(job: u32) -> std::result::Result<Option<hetjob::Layout>, JobRefuse
 
 /// Leaves `message` as the job's note on this node (the job's steps print it
 /// and fail; the node stays in service), and in slurmd's log.
-fn refuse(a: &PrologArgs, id: &Identity, config: &Config, why: JobRefused) -> Result<()> {
+fn refuse<O: PrologOps>(ops: &O, a: &PrologArgs, id: &Identity, config: &Config, why: JobRefused) -> Result<()> {
     eprintln!("{}", why.0);
     let base = &a.common.runtime_base;
-    make_runtime_dir(base, a.common.job, config, id.uid, id.gid)?;
-    note::write(base, a.common.job, (id.uid, id.gid), &why.0)
+    make_runtime_dir(ops, base, a.common.job, config, id.uid, id.gid)?;
+    ops.write_note(base, a.common.job, (id.uid, id.gid), &why.0)
 }
 
 /// The job's runtime directory: a fresh tmpfs of `runtime_dir_mb`, the
 /// user's, mode 0700. A leftover of an earlier run of the same job id
 /// (a requeued job), and its note, go first.
-fn make_runtime_dir(base: &Path, job: u32, config: &Config, uid: u32, gid: u32) -> Result<JobDir> {
+fn make_runtime_dir<O: PrologOps>(
+    ops: &O,
+    base: &Path,
+    job: u32,
+    config: &Config,
+    uid: u32,
+    gid: u32,
+) -> Result<JobDir> {
     let dir = JobDir::new(base, job);
-    let parent = ensure_root_base(base, 0o755)?;
-    note::clear(base, job)?;
-    mounts::unmount(dir.path())?;
-    make_job_dir(&parent, base, &job.to_string(), 0, 0)?;
-    mounts::mount_tmpfs(dir.path(), config.runtime_dir_mb, uid, gid, false)?;
+    let parent = ops.ensure_root_base(base)?;
+    ops.clear_note(base, job)?;
+    ops.unmount(dir.path())?;
+    ops.make_job_dir(&parent, base, &job.to_string(), 0, 0)?;
+    ops.mount_tmpfs(dir.path(), config.runtime_dir_mb, uid, gid, false)?;
     Ok(dir)
 }
 
 /// The runtime dir (tmpfs), the temp dir (a directory, or a tmpfs with
 /// `temp_mb`) and the shared-memory dir (tmpfs), each the user's.
-fn make_dirs(a: &PrologArgs, spec: &JobSpec) -> Result<()> {
+fn make_dirs<O: PrologOps>(ops: &O, a: &PrologArgs, spec: &JobSpec) -> Result<()> {
     let c = &spec.config;
-    make_runtime_dir(&a.common.runtime_base, spec.job_id, c, spec.uid, spec.gid)?;
+    make_runtime_dir(ops, &a.common.runtime_base, spec.job_id, c, spec.uid, spec.gid)?;
     let name = spec.job_id.to_string();
     for (base, size_mb, exec) in [(&c.temp_base, c.temp_mb, true), (&c.shm_base, c.shm_size_mb(), true)] {
-        let parent = ensure_root_base(base, 0o755)?;
+        let parent = ops.ensure_root_base(base)?;
         let dir = base.join(&name);
-        mounts::unmount(&dir)?;
+        ops.unmount(&dir)?;
         if size_mb == 0 {
-            make_job_dir(&parent, base, &name, spec.uid, spec.gid)?;
+            ops.make_job_dir(&parent, base, &name, spec.uid, spec.gid)?;
         } else {
-            make_job_dir(&parent, base, &name, 0, 0)?;
-            mounts::mount_tmpfs(&dir, size_mb, spec.uid, spec.gid, exec)?;
+            ops.make_job_dir(&parent, base, &name, 0, 0)?;
+            ops.mount_tmpfs(&dir, size_mb, spec.uid, spec.gid, exec)?;
         }
     }
     Ok(())
@@ -157,23 +167,29 @@ fn make_dirs(a: &PrologArgs, spec: &JobSpec) -> Result<()> {
 /// The job's Prometheus file_sd file on this node, when the site wants one
 /// (`metrics_sd_dir`). Monitoring never fails a job or drains a node: a file
 /// that cannot be made is a line in slurmd's log, and the job runs without.
-fn make_metrics_file(spec: &JobSpec) {
+fn make_metrics_file<O: PrologOps>(ops: &O, spec: &JobSpec) {
     let dir = &spec.config.metrics_sd_dir;
     if dir.as_os_str().is_empty() {
         return;
     }
-    if let Err(e) = super::metrics_sd::make(dir, spec.job_id, &spec.node, (spec.uid, spec.gid)) {
+    if let Err(e) = ops.make_metrics_file(dir, spec.job_id, &spec.node, (spec.uid, spec.gid)) {
         eprintln!("job {} runs without its Prometheus target on {}: {e:#}", spec.job_id, spec.node);
     }
 }
 
 /// The job as this node sees it, from the prolog's environment (set by
 /// slurmd), the plugin's arguments and the node addresses it sends on stdin.
-fn job_spec(a: &PrologArgs, id: &Identity, config: Config, het: Option<hetjob::Layout>) -> Result<JobSpec> {
+fn job_spec<O: PrologOps>(
+    ops: &O,
+    a: &PrologArgs,
+    id: &Identity,
+    config: Config,
+    het: Option<hetjob::Layout>,
+) -> Result<JobSpec> {
     let env = |k: &str| {
         // The plugin passes only these: a name missing there would read as unset.
         debug_assert!(syndeo_protocol::env::JOB_SCRIPT_ENV.contains(&k), "{k} is not in JOB_SCRIPT_ENV");
-        std::env::var(k).ok().filter(|v| !v.is_empty())
+        ops.env(k).filter(|v| !v.is_empty())
     };
     let node = env("SLURMD_NODENAME").ok_or_else(|| anyhow!("SLURMD_NODENAME is not set in the prolog"))?;
     let list = env("SLURM_JOB_NODELIST")
@@ -198,11 +214,11 @@ fn job_spec(a: &PrologArgs, id: &Identity, config: Config, het: Option<hetjob::L
         .and_then(|v| v.get(own_index).copied())
         .unwrap_or(1);
     let gpus = alloc::gpu_ids(env("SLURM_JOB_GPUS").or_else(|| env("CUDA_VISIBLE_DEVICES")).as_deref());
-    let gres_conf = std::fs::read_to_string(gres::gres_conf_path(env("SLURM_CONF").as_deref())).unwrap_or_default();
+    let gres_conf = ops.read_text(&gres::gres_conf_path(env("SLURM_CONF").as_deref()));
     let gpu_devices = gres::gpu_devices(&gres_conf, &node, &gpus);
     let slurm_conf = crate::slurm_conf::path(env("SLURM_CONF").as_deref());
     let labels = node_labels(&node, env("SLURM_JOB_PARTITION"), het_group, &gpus, &gres_conf, &slurm_conf);
-    let addrs = node_addrs(&nodes)?;
+    let addrs = node_addrs(&ops.node_addresses()?, &nodes)?;
     let propagate: Vec<&str> = a.propagate.iter().map(String::as_str).collect();
     let (rlimits, umask) = (format!("SPANK_{RLIMITS_RECORD}"), format!("SPANK_{UMASK_RECORD}"));
     let limits = JobLimits::parse(env(&rlimits).as_deref(), env(&umask).as_deref(), &propagate);
@@ -260,10 +276,8 @@ fn node_labels(
 /// The nodes' addresses as Slurm's configuration gives them (NodeAddr): the
 /// plugin looks them up inside Slurm and sends them on stdin
 /// (`syndeo_protocol::addresses`). A node it could not place is reached by name.
-fn node_addrs(nodes: &[String]) -> Result<Vec<Option<std::net::IpAddr>>> {
-    let mut text = String::new();
-    std::io::stdin().take(64 << 20).read_to_string(&mut text).context("reading the node addresses")?;
-    let map = NodeAddresses::decode(&text).context("the node addresses the plugin sent")?;
+fn node_addrs(text: &str, nodes: &[String]) -> Result<Vec<Option<std::net::IpAddr>>> {
+    let map = NodeAddresses::decode(text).context("the node addresses the plugin sent")?;
     Ok(nodes.iter().map(|n| map.get(n).and_then(|a| a.parse().ok())).collect())
 }
 
