@@ -95,7 +95,10 @@ async fn run_until_stopped(shared: Arc<Shared>) -> Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let life = tokio::spawn(lifecycle::run(shared.clone()));
     tokio::select! {
-        _ = term.recv() => info!("SIGTERM: stopping Ray"),
+        _ = term.recv() => {
+            info!("SIGTERM: stopping Ray");
+            worker::leave(&shared).await;
+        }
         r = life => info!("lifecycle ended: {r:?}"),
     }
     lifecycle::stop(&shared).await;

@@ -12,12 +12,14 @@ use tonic::transport::Channel;
 use tonic::Streaming;
 use tracing::{info, warn};
 
+use super::election::address_of;
 use super::launcher::Event;
+use super::mesh;
 use super::mesh::pb::{cluster_view::Phase, mesh_client::MeshClient, ClusterView, NodeReport, WatchRequest};
 use super::node_ray::{job_notice, launch, start_ray, stop_ray};
 use super::part::{End, Prepared};
 use super::ray::{self, NodePorts};
-use super::state::Shared;
+use super::state::{NodeState, Role, Shared};
 use super::view::sync_node_state;
 
 /// How long a worker whose Ray failed before the cluster was ready waits to
@@ -71,6 +73,31 @@ pub async fn run(
                 }
             }
         }
+    }
+}
+
+/// SIGTERM before the cluster is ready means Slurm is ending the job (it
+/// was cancelled, or its time is up): a worker tells its head, which fails
+/// the cluster at once. Otherwise a step on another node waits on for a
+/// cluster that cannot come, and Slurm, whose kill of a step still in its
+/// SPANK hooks waits up to two minutes, keeps the job completing that long.
+pub async fn leave(shared: &Shared) {
+    if matches!(*shared.node_state.borrow(), NodeState::Ready) {
+        return;
+    }
+    let head = match &*shared.role.borrow() {
+        Role::Follower(h) => h.clone(),
+        _ => return,
+    };
+    let message = format!("Slurm is ending the job on {} (its agent was told to stop)", shared.spec.node);
+    let tell = async {
+        let ip = address_of(&shared.spec, &head).await?;
+        let (mut client, _) = mesh::join(shared, ip).await?;
+        client.report(report(shared, false, message)).await.ok()
+    };
+    match tokio::time::timeout(Duration::from_secs(3), tell).await {
+        Ok(Some(_)) => info!(head = %head, "told the head this node leaves before the cluster was ready"),
+        _ => warn!(head = %head, "could not tell the head this node leaves"),
     }
 }
 
@@ -240,5 +267,48 @@ async fn start_worker_ray(shared: &Shared, ip: IpAddr, ports: &NodePorts) {
     };
     if let Err(e) = start_ray(shared, ip, &ray::worker_args(&shared.spec, ip, &gcs, ports, memory), ports).await {
         warn!("{e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::agent::launcher::NoopLauncher;
+    use crate::config::PortRange;
+    use crate::job::simulated_spec;
+
+    /// An agent of job 4646 on a loopback address, its mesh served.
+    async fn agent(nodes: &[&str], index: usize) -> Arc<Shared> {
+        let mut spec = simulated_spec(4646, nodes, index);
+        spec.config.mesh_ports = PortRange::new(47100, 47199).unwrap();
+        let shared = Arc::new(Shared::new(spec, &"t".repeat(64), Arc::new(NoopLauncher)).unwrap());
+        let ip: IpAddr = shared.spec.node.parse().unwrap();
+        let (listener, _) = mesh::bind(ip, &shared.spec.mesh_ports()).await.unwrap();
+        tokio::spawn(mesh::serve(shared.clone(), listener));
+        shared
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_told_to_stop_before_ready_tells_its_head_and_a_ready_one_says_nothing() {
+        let nodes = ["127.0.0.8", "127.0.0.9"];
+        let head = agent(&nodes, 0).await;
+        head.role.send_replace(Role::Head);
+        let worker = agent(&nodes, 1).await;
+        worker.role.send_replace(Role::Follower("127.0.0.8".into()));
+
+        worker.set_state(NodeState::Ready);
+        leave(&worker).await;
+        assert!(head.reports.lock().await.is_empty(), "a ready worker's stop is the job's normal end");
+
+        worker.set_state(NodeState::Starting("joining".into()));
+        leave(&worker).await;
+        let got = head.reports.lock().await.get("127.0.0.9").cloned();
+        assert!(
+            matches!(&got, Some(Err(m)) if m.contains("Slurm is ending the job on 127.0.0.9")),
+            "the head recorded {got:?}"
+        );
     }
 }
