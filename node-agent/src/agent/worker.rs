@@ -77,19 +77,22 @@ pub async fn run(
 }
 
 /// SIGTERM before the cluster is ready means Slurm is ending the job (it
-/// was cancelled, or its time is up): a worker tells its head, which fails
-/// the cluster at once. Otherwise a step on another node waits on for a
-/// cluster that cannot come, and Slurm, whose kill of a step still in its
-/// SPANK hooks waits up to two minutes, keeps the job completing that long.
+/// was cancelled, or its time is up): a worker tells its head, and a head
+/// fails the cluster, so that the steps waiting for it on every node return
+/// at once. Otherwise they wait on for a cluster that cannot come, and
+/// Slurm, whose kill of a step still in its SPANK hooks waits up to two
+/// minutes, keeps the job completing that long.
 pub async fn leave(shared: &Shared) {
     if matches!(*shared.node_state.borrow(), NodeState::Ready) {
         return;
     }
-    let head = match &*shared.role.borrow() {
-        Role::Follower(h) => h.clone(),
-        _ => return,
-    };
     let message = format!("Slurm is ending the job on {} (its agent was told to stop)", shared.spec.node);
+    let role = shared.role.borrow().clone();
+    let head = match role {
+        Role::Follower(h) => h,
+        Role::Head => return super::view::publish_failure(shared, &message),
+        Role::Undecided | Role::SteppedDown => return,
+    };
     let tell = async {
         let ip = address_of(&shared.spec, &head).await?;
         let (mut client, _) = mesh::join(shared, ip).await?;
@@ -292,7 +295,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_worker_told_to_stop_before_ready_tells_its_head_and_a_ready_one_says_nothing() {
+    async fn told_to_stop_before_ready_a_worker_tells_its_head_a_head_fails_the_cluster_a_ready_one_says_nothing() {
         let nodes = ["127.0.0.8", "127.0.0.9"];
         let head = agent(&nodes, 0).await;
         head.role.send_replace(Role::Head);
@@ -310,5 +313,9 @@ mod tests {
             matches!(&got, Some(Err(m)) if m.contains("Slurm is ending the job on 127.0.0.9")),
             "the head recorded {got:?}"
         );
+
+        leave(&head).await;
+        assert_eq!(head.view.borrow().phase(), Phase::Failed, "the head itself stopping fails the cluster");
+        assert!(head.view.borrow().message.contains("Slurm is ending the job on 127.0.0.8"));
     }
 }
