@@ -82,6 +82,7 @@ pub trait Launcher: Send + Sync {
 }
 
 /// Stands in for Ray: no process; ready at once, and `ray start` succeeds.
+/// Its node's ports are numbers, not held (`NodePorts::unheld`).
 /// For simulated nodes and unit tests only (feature `simulation`).
 #[cfg(any(test, feature = "simulation"))]
 pub struct NoopLauncher;
@@ -109,7 +110,7 @@ impl Launcher for NoopLauncher {
     fn launch(&self, spec: &JobSpec, _: &dyn ContainerRuntime, ip: IpAddr) -> Result<Launched, Fault> {
         let (tx, events) = mpsc::channel(4);
         tx.try_send(Event::LauncherReady).expect("room in a fresh channel");
-        let ports = NodePorts::pick(spec).map_err(|e| Fault::node(format!("no free port on {ip}: {e}")))?;
+        let ports = NodePorts::unheld(spec).map_err(|e| Fault::node(format!("no ports on {ip}: {e}")))?;
         Ok(Launched { ray: Box::new(NoopRay(tx)), events, ports })
     }
 

@@ -61,7 +61,10 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
     tokio::spawn(mesh::serve(shared.clone(), listener));
     // Ray's address: the site's `network`, else NodeAddr as the mesh's. No
     // match fails this node's part as a failed launch does: the head hears why.
-    let ray_ip = crate::network::choose(&shared.spec.config.network, &crate::network::interfaces(), ip);
+    // The node's interfaces (a netlink dump) are read only when rules need them.
+    let rules = &shared.spec.config.network;
+    let ifaces = if rules.is_empty() { Vec::new() } else { crate::network::interfaces() };
+    let ray_ip = crate::network::choose(rules, &ifaces, ip);
     let ip = *ray_ip.as_ref().unwrap_or(&ip);
 
     // The user's image is checked as the user; a mistake here fails the job, not the node.

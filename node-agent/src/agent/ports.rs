@@ -112,6 +112,13 @@ impl PortSource {
         anyhow::bail!("the kernel kept offering ports this job holds already")
     }
 
+    /// The first `n` ports of the job's block, not held (simulated nodes
+    /// only: see `NodePorts::unheld`).
+    #[cfg(any(test, feature = "simulation"))]
+    pub fn first(&self, n: usize) -> Vec<u16> {
+        (0..n).map(|i| self.ports[(self.start + i) % self.ports.len()]).collect()
+    }
+
     /// The next port of the range a holder binds, from where the scan
     /// stands; else the kernel's pick.
     fn offer(&self) -> Result<(u16, OwnedFd)> {

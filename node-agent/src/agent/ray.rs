@@ -35,6 +35,26 @@ impl NodePorts {
         NodePorts::pick_from(&PortSource::for_job(spec)?)
     }
 
+    /// A simulated node's ports (the no-op launcher): the numbers a node
+    /// whose ports are all free would pick, without holders. Simulated nodes
+    /// share one host's ports, where each node's holders would make every
+    /// later node's pick scan past all of them (O(N) binds per node, O(N²)
+    /// in all: 30 s of the mesh benchmark at 1,024 nodes), a cost no real
+    /// node has (its port space is its own); and no Ray binds them here.
+    #[cfg(any(test, feature = "simulation"))]
+    pub fn unheld(spec: &JobSpec) -> Result<NodePorts> {
+        let p = PortSource::for_job(spec)?.first(6);
+        Ok(NodePorts {
+            dashboard_agent: p[0],
+            dashboard_agent_grpc: p[1],
+            runtime_env_agent: p[2],
+            metrics_export: p[3],
+            autoscaler_metrics: p[4],
+            dashboard_metrics: p[5],
+            holds: Holds::default(),
+        })
+    }
+
     fn pick_from(from: &PortSource) -> Result<NodePorts> {
         let holds = Holds::default();
         Ok(NodePorts {
