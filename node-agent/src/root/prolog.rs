@@ -203,9 +203,12 @@ fn job_spec<O: PrologOps>(
         .iter()
         .position(|n| *n == node)
         .ok_or_else(|| anyhow!("this node ({node}) is not in the job's node list {list}"))?;
-    let (cluster_id, het_group, nodes) = match het {
-        Some(h) => (h.cluster_id, h.offset, h.nodes),
-        None => (a.common.job, 0, own_nodes),
+    // A component's own start time may be a second off its leader's: every
+    // component's secret takes the leader's (hetjob.rs).
+    let own_start = env("SLURM_JOB_START_TIME").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let (cluster_id, het_group, nodes, start_time) = match het {
+        Some(h) => (h.cluster_id, h.offset, h.nodes, h.start_time),
+        None => (a.common.job, 0, own_nodes, own_start),
     };
     let index = nodes.iter().position(|n| *n == node).ok_or_else(|| anyhow!("{node} is not in the cluster's nodes"))?;
     let cpus = env("SLURM_JOB_CPUS_PER_NODE")
@@ -245,7 +248,7 @@ fn job_spec<O: PrologOps>(
         stderr: env("SLURM_JOB_STDERR").map(PathBuf::from).filter(|p| p.is_absolute()),
         cgroup: Default::default(),
         restart_count: env("SLURM_JOB_RESTART_COUNT").and_then(|v| v.parse().ok()).unwrap_or(0),
-        start_time: env("SLURM_JOB_START_TIME").and_then(|v| v.parse().ok()).unwrap_or(0),
+        start_time,
         limits,
         config,
     })

@@ -44,7 +44,9 @@ fn het_component() -> FakeOps {
     ops.set_env("SLURM_JOB_NODELIST", "n[3-4]");
     ops.set_env("SLURM_JOB_CPUS_PER_NODE", "2,8");
     ops.set_env("SLURM_HET_JOB_ID", "5");
-    ops.squeue = Ok("6 5+1 n[3-4]\n5 5+0 n[1-2]\n".into());
+    // Component 1 started a second after component 0 (backfill starts them in turn).
+    ops.set_env("SLURM_JOB_START_TIME", "1764130001");
+    ops.squeue = Ok("6 5+1 1764130001 n[3-4]\n5 5+0 1764130000 n[1-2]\n".into());
     ops
 }
 
@@ -98,7 +100,7 @@ fn a_temp_base_inside_slurms_private_tmp_refuses_the_job_with_its_message() {
 #[test]
 fn a_heterogeneous_job_with_a_node_in_two_components_refuses_with_the_users_fix_and_never_drains() {
     let mut ops = het_component();
-    ops.squeue = Ok("5 5+0 n[1-4]\n6 5+1 n[3-4]\n".into());
+    ops.squeue = Ok("5 5+0 1 n[1-4]\n6 5+1 1 n[3-4]\n".into());
     let note = assert_refused(&ops, run_with(&ops, &args(6)));
     assert!(note.starts_with("node n3 is in two components of heterogeneous job 5;"), "{note}");
     assert!(ops.did("squeue 5"));
@@ -189,5 +191,6 @@ fn a_heterogeneous_component_joins_the_leaders_cluster_with_all_nodes_and_its_ow
     // n4 is the cluster's node 3, but its own component's node 1: the CPUs follow the component.
     assert_eq!((spec.index, spec.cpus), (3, 8));
     assert_eq!(spec.job_dir, PathBuf::from("/run/syndeo/6"), "the directories are the component's own");
+    assert_eq!(spec.start_time, 1764130000, "the secret takes the leader's start time, not this component's");
     assert!(ops.did("save 6"));
 }

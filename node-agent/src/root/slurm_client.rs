@@ -26,9 +26,15 @@ impl std::fmt::Display for ClientError {
 
 /// Runs `program args` and returns its standard output.
 pub fn run(program: &str, args: &[&str], limit: Duration) -> Result<String, ClientError> {
+    run_with(program, args, &[], limit)
+}
+
+/// `run`, with `env` added to the clean environment.
+pub fn run_with(program: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Result<String, ClientError> {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env_clear()
+        .envs(env.iter().copied())
         .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
