@@ -84,6 +84,17 @@ mod tests {
         assert_eq!(run("/bin/echo", &["a b"], Duration::from_secs(5)), Ok("a b\n".into()));
         assert!(matches!(run("/bin/false", &[], Duration::from_secs(5)), Err(ClientError::Failed(_))));
         assert_eq!(run("/bin/sleep", &["5"], Duration::from_millis(100)), Err(ClientError::TimedOut));
+    }
+
+    #[test]
+    fn a_missing_program_is_not_run_rather_than_failed() {
         assert!(matches!(run("/nonexistent/squeue", &[], Duration::from_secs(1)), Err(ClientError::NotRun(_))));
+    }
+
+    #[test]
+    fn the_added_environment_reaches_the_command_and_nothing_else_does() {
+        let out = run_with("/usr/bin/env", &[], &[("SLURM_TIME_FORMAT", "%s")], Duration::from_secs(5)).unwrap();
+        assert!(out.lines().any(|l| l == "SLURM_TIME_FORMAT=%s"), "{out}");
+        assert!(!out.lines().any(|l| l.starts_with("HOME=")), "the environment is not clean: {out}");
     }
 }
