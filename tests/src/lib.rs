@@ -405,6 +405,20 @@ impl Job {
         }
     }
 
+    /// Waits until the agent of `job_id` (this job, or one of its
+    /// heterogeneous components) runs on `node`; its PID. Panics with this
+    /// job's output if none does within `limit`.
+    pub fn wait_for_agent(&self, job_id: u32, node: &str, limit: Duration) -> i32 {
+        let t = Instant::now();
+        loop {
+            if let Some(pid) = agent_pid(job_id, node) {
+                return pid;
+            }
+            assert!(t.elapsed() < limit, "no agent of job {job_id} on {node}: {}", self.output());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until the job's stderr contains `needle` (the job may have ended
     /// by then); panics with the output if it does not within `limit`.
     pub fn wait_stderr(&self, needle: &str, limit: Duration) {

@@ -16,24 +16,14 @@ use syndeo_tests::*;
 /// Submits a heterogeneous job; returns it (the leader's id) and the ids
 /// of all its components, in order.
 fn sbatch_het(dir: &std::path::Path, components: &[&[&str]], script: &str) -> (Job, Vec<u32>) {
-    write_file(user_a(), &dir.join("job.sh"), script);
-    let mut argv = vec!["sbatch", "--parsable", "-o", "job.out", "-e", "job.err"];
-    for (i, c) in components.iter().enumerate() {
-        if i > 0 {
-            argv.push(":");
-        }
-        argv.extend_from_slice(c);
-    }
-    argv.push("job.sh");
-    let o = as_user(user_a(), dir, &argv);
-    assert!(o.status.success(), "sbatch {argv:?}: {}", text(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    let id: u32 = out.trim().split(['+', ';']).next().unwrap().parse().expect("job id");
+    let args: Vec<&str> = components.join(&":");
+    let job = sbatch(user_a(), dir, &args, script);
+    let id = job.id;
     let listed = text(&run(&["squeue", "-h", "-t", "all", "-j", &id.to_string(), "-o", "%A"]));
     let mut ids: Vec<u32> = listed.split_whitespace().filter_map(|w| w.parse().ok()).collect();
     ids.sort();
     assert_eq!(ids.len(), components.len(), "components of {id}: {listed}");
-    (Job { id, dir: dir.to_path_buf() }, ids)
+    (job, ids)
 }
 
 /// Waits until the job is over and every component's epilog has run on
@@ -46,10 +36,8 @@ fn wait_and_assert_clean(job: &Job, ids: &[u32], limit: Duration) -> String {
         std::thread::sleep(Duration::from_millis(250));
     }
     for &id in ids {
-        let left = leftovers(id, user_a());
-        assert!(left.is_empty(), "component job {id} left: {left:#?}");
+        assert_clean(&Job { id, dir: job.dir.clone() }, user_a());
     }
-    assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
     state
 }
 
@@ -172,11 +160,7 @@ fn a_component_node_lost_at_start_fails_the_whole_job_naming_it_and_drains_nothi
     let (job, ids) = {
         let _short = ConfigOverride::set("startup_timeout", "40");
         let (job, ids) = sbatch_het(&dir, &[&["-N1", "-w", "node1", &syndeo], &["-N2", "-w", "node[2-3]"]], SCRIPT_RAN);
-        let t = Instant::now();
-        while agent_pid(ids[1], "node3").is_none() {
-            assert!(t.elapsed() < Duration::from_secs(120), "no agent of component 1 on node3: {}", job.output());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        job.wait_for_agent(ids[1], "node3", Duration::from_secs(120));
         let _down = LinkDown::new("node3");
         // The batch script's step (component 0, on node1) learns it from the head.
         job.wait_stderr("could not start", Duration::from_secs(90));
@@ -202,11 +186,7 @@ fn scancel_during_start_leaves_nothing_of_any_component_on_any_node() {
     // There, Slurm's kill of component 0 waits for the step to run (up to
     // 2 x 60 s in slurmstepd's _wait_for_job_running; README): the job may
     // stay COMPLETING that long, and must end with nothing left.
-    let t = Instant::now();
-    while agent_pid(ids[1], "node2").is_none() {
-        assert!(t.elapsed() < Duration::from_secs(120), "no agent of component 1 on node2: {}", job.output());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    job.wait_for_agent(ids[1], "node2", Duration::from_secs(120));
     run(&["scancel", &job.id.to_string()]);
     let state = wait_and_assert_clean(&job, &ids, Duration::from_secs(300));
     assert_eq!(state, "CANCELLED", "{}", job.output());

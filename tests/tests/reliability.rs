@@ -120,11 +120,7 @@ fn a_link_lost_during_start_up_fails_the_job_within_the_start_up_timeout_naming_
         // Long enough for node2 to join on a busy machine, short for the test.
         let _short = ConfigOverride::set("startup_timeout", "40");
         let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/sh\necho SCRIPT RAN\n");
-        let t = std::time::Instant::now();
-        while agent_pid(job.id, "node3").is_none() {
-            assert!(t.elapsed() < Duration::from_secs(120), "no agent on node3: {}", job.output());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        job.wait_for_agent(job.id, "node3", Duration::from_secs(120));
         let _down = LinkDown::new("node3");
         // The job's steps learn of the failure from the head within the start-up timeout.
         job.wait_stderr("could not start", Duration::from_secs(90));
