@@ -46,20 +46,21 @@ print("TASKS", " ".join(sorted(ray.get([where.options(scheduling_strategy=On(n, 
 fn the_gpus_slurm_allocates_on_each_node_are_the_ones_ray_sees_and_the_only_devices_the_container_gets() {
     let image = image();
     let dir = workdir(user_a(), "gpus");
-    // Another user's job holds GPU index 0 (nvidia7) on every node, so the
+    // The minicluster's GPU nodes are node1 and node2 (node3 has none).
+    // Another user's job holds GPU index 0 (nvidia7) on both, so the
     // syndeo job gets index 1, whose device is nvidia9, not /dev/nvidia1.
     // (Another user's, so that its processes are not counted as A's leftovers.)
     let holder_dir = workdir(user_b(), "gpus-holder");
-    let holder = sbatch(user_b(), &holder_dir, &["-N3", "--gres=gpu:1"], "#!/bin/sh\nsleep 600\n");
+    let holder = sbatch(user_b(), &holder_dir, &["-N2", "--gres=gpu:1"], "#!/bin/sh\nsleep 600\n");
     let _cancel = CancelOnDrop(vec![holder.id]);
     holder.wait_running(Duration::from_secs(60));
-    let job = sbatch(user_a(), &dir, &["-N3", "--gres=gpu:1", &format!("--syndeo={image}")], SCRIPT);
+    let job = sbatch(user_a(), &dir, &["-N2", "--gres=gpu:1", &format!("--syndeo={image}")], SCRIPT);
     assert_eq!(job.wait(Duration::from_secs(240)), "COMPLETED", "{}", job.output());
     run(&["scancel", &holder.id.to_string()]);
     holder.wait(Duration::from_secs(120));
     let out = job.stdout();
-    assert!(out.contains("GPUS 3"), "{}", job.output());
-    let tasks = "TASKS node1=1:nvidia9:ENXIO node2=1:nvidia9:ENXIO node3=1:nvidia9:ENXIO";
+    assert!(out.contains("GPUS 2"), "{}", job.output());
+    let tasks = "TASKS node1=1:nvidia9:ENXIO node2=1:nvidia9:ENXIO";
     assert!(out.contains(tasks), "each container must have exactly the allocated GPU's device: {}", job.output());
     if cgroup_mode() {
         // ConstrainDevices: the job may not open the other job's GPU at all.

@@ -2,9 +2,9 @@
 //! every node's labels say what Slurm says of it (name, partition, component
 //! 0, features, GPU count and type), and a task with a label selector on a
 //! feature runs only on the nodes Slurm gives that feature. The minicluster's
-//! node1 and node2 are `cpu_fast` and in partition `fast`, node3 `bigmem`;
-//! the stand-in GPUs are of type `standin`. Needs Ray 2.49 or later (the
-//! default test image has 2.60).
+//! node1 and node2 are `cpu_fast`, in partition `fast` and have two stand-in
+//! GPUs of type `standin` each; node3 is `bigmem` and has no GPU. Needs Ray
+//! 2.49 or later (the default test image has 2.60).
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -96,9 +96,9 @@ fn assert_labels_match_slurm(job: &Job, partition: &str, gpus: u32) {
 fn each_nodes_labels_say_what_slurm_says_and_a_feature_selector_lands_only_where_slurm_put_the_feature() {
     let image = image();
     let dir = workdir(user_a(), "ray-labels");
-    let job = sbatch(user_a(), &dir, &["-N3", "--gres=gpu:1", &format!("--syndeo={image}")], &script(SELECT_FEATURES));
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], &script(SELECT_FEATURES));
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
-    assert_labels_match_slurm(&job, "debug", 1);
+    assert_labels_match_slurm(&job, "debug", 0);
     for feature in ["cpu_fast", "bigmem"] {
         let with: BTreeSet<String> =
             job_nodes(&job).into_iter().filter(|n| slurm_node(n).0.contains(feature)).collect();
@@ -112,11 +112,11 @@ fn each_nodes_labels_say_what_slurm_says_and_a_feature_selector_lands_only_where
 
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
-fn a_job_in_the_second_partition_without_gpus_is_labelled_with_that_partition_and_no_gpus() {
+fn a_job_on_the_gpu_partition_is_labelled_with_that_partition_and_the_type_and_count_of_its_gpus() {
     let image = image();
     let dir = workdir(user_a(), "ray-labels-fast");
-    let job = sbatch(user_a(), &dir, &["-N2", "-p", "fast", &format!("--syndeo={image}")], &script(""));
+    let job = sbatch(user_a(), &dir, &["-N2", "-p", "fast", "--gres=gpu:2", &format!("--syndeo={image}")], &script(""));
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
-    assert_labels_match_slurm(&job, "fast", 0);
+    assert_labels_match_slurm(&job, "fast", 2);
     assert_clean(&job, user_a());
 }
