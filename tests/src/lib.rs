@@ -534,6 +534,13 @@ pub fn accounting_mode() -> bool {
     mc_state("options").is_some_and(|o| o.split_whitespace().any(|w| w == "accounting"))
 }
 
+/// A job's cgroup directory for `controller` on `node`, as Slurm's cgroup/v1
+/// plugin names it on the minicluster (`slurm_<node>` from Debian's
+/// multiple-slurmd build).
+pub fn job_cgroup(controller: &str, node: &str, uid: u32, job: u32) -> String {
+    format!("/sys/fs/cgroup/{controller}/slurm_{node}/uid_{uid}/job_{job}")
+}
+
 /// Whether the minicluster runs Slurm's cgroup plugins (`up` without `--no-cgroups`).
 pub fn cgroup_mode() -> bool {
     mc_state("mode").is_some_and(|m| m == "cgroups")

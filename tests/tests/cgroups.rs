@@ -14,13 +14,6 @@ fn needs_cgroups() -> bool {
     cgroup_mode()
 }
 
-/// A job's cgroup directory for `controller` on `node`, as Slurm's cgroup/v1
-/// plugin names it on the minicluster (`slurm_<node>` from Debian's
-/// multiple-slurmd build).
-fn job_cgroup(controller: &str, node: &str, uid: u32, job: u32) -> String {
-    format!("/sys/fs/cgroup/{controller}/slurm_{node}/uid_{uid}/job_{job}")
-}
-
 const HOLD_THEN: &str = "for i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done\n";
 
 /// Every process of the job's cluster on every node (agent, supervisor,
