@@ -1,11 +1,13 @@
-//! A node's Slurm features (`Features=` on its `NodeName` line of
-//! `slurm.conf`), for its Ray labels. Read by the prolog from the
-//! slurm.conf this node runs with (`SLURM_CONF`; in a configless cluster,
-//! slurmd's cached copy), so it costs no call to slurmctld. Follows Slurm's
-//! syntax: `#` comments, `\` line continuations, `Include` files (relative
-//! to slurm.conf's directory), `NodeName=DEFAULT` lines whose settings hold
-//! for the lines after them, node names as hostlist expressions, and
-//! `Feature=` as a synonym.
+//! A node's line of `slurm.conf` (`NodeName=`): its Slurm features
+//! (`Features=`), for its Ray labels, and its address (`NodeAddr=`), for a
+//! node of another heterogeneous component, whose address the plugin cannot
+//! send. Read by the prolog from the slurm.conf this node runs with
+//! (`SLURM_CONF`; in a configless cluster, slurmd's cached copy), so it costs
+//! no call to slurmctld. Follows Slurm's syntax: `#` comments, `\` line
+//! continuations, `Include` files (relative to slurm.conf's directory),
+//! `NodeName=DEFAULT` lines whose features hold for the lines after them,
+//! node names and addresses as hostlist expressions (the n-th address is the
+//! n-th name's), and `Feature=` as a synonym.
 use std::path::{Path, PathBuf};
 
 use crate::hostlist;
@@ -17,8 +19,27 @@ const MAX_INCLUDE_DEPTH: usize = 4;
 /// included file's text by the path written after `Include`. None: no
 /// `NodeName` line names the node.
 pub fn node_features(conf: &str, node: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<Vec<String>> {
-    let mut default = None;
-    find(conf, node, read, &mut default, 0)
+    let found = find(conf, node, read, &mut None, 0)?;
+    let features = value_of(&found.line, "Features").or_else(|| value_of(&found.line, "Feature"));
+    Some(split_features(features.or(found.default_features).as_deref().unwrap_or("")))
+}
+
+/// The `NodeAddr` of `node` in the slurm.conf text `conf` (`read` as for
+/// `node_features`). None: no line names the node, or its line has no
+/// address for it.
+pub fn node_addr(conf: &str, node: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    let found = find(conf, node, read, &mut None, 0)?;
+    let addrs = hostlist::expand(&value_of(&found.line, "NodeAddr")?).ok()?;
+    let i = found.names.iter().position(|n| n == node)?;
+    (addrs.len() == found.names.len()).then(|| addrs[i].clone())
+}
+
+/// The `NodeName` line that names a node: its names, the line, and the
+/// `NodeName=DEFAULT` features in force there.
+struct NodeLine {
+    names: Vec<String>,
+    line: String,
+    default_features: Option<String>,
 }
 
 fn find(
@@ -27,7 +48,7 @@ fn find(
     read: &dyn Fn(&str) -> Option<String>,
     default: &mut Option<String>,
     depth: usize,
-) -> Option<Vec<String>> {
+) -> Option<NodeLine> {
     for line in logical_lines(conf) {
         let mut words = line.split_whitespace();
         let first = words.next().unwrap_or("");
@@ -46,8 +67,11 @@ fn find(
             }
             continue;
         }
-        if hostlist::expand(&names).is_ok_and(|ns| ns.iter().any(|n| n == node)) {
-            return Some(split_features(features.or_else(|| default.clone()).as_deref().unwrap_or("")));
+        match hostlist::expand(&names) {
+            Ok(names) if names.iter().any(|n| n == node) => {
+                return Some(NodeLine { names, line, default_features: default.clone() });
+            }
+            _ => {}
         }
     }
     None
@@ -88,13 +112,23 @@ fn split_features(list: &str) -> Vec<String> {
 /// The features of `node` from the slurm.conf at `slurm_conf`; empty when
 /// it cannot be read or does not name the node.
 pub fn read_node_features(slurm_conf: &Path, node: &str) -> Vec<String> {
-    let Ok(conf) = std::fs::read_to_string(slurm_conf) else { return vec![] };
+    read_with(slurm_conf, |conf, read| node_features(conf, node, read)).unwrap_or_default()
+}
+
+/// The `NodeAddr` of `node` from the slurm.conf at `slurm_conf`, if it says.
+pub fn read_node_addr(slurm_conf: &Path, node: &str) -> Option<String> {
+    read_with(slurm_conf, |conf, read| node_addr(conf, node, read))
+}
+
+/// `f` over the slurm.conf at `slurm_conf`, with its includes read beside it.
+fn read_with<T>(slurm_conf: &Path, f: impl Fn(&str, &dyn Fn(&str) -> Option<String>) -> Option<T>) -> Option<T> {
+    let conf = std::fs::read_to_string(slurm_conf).ok()?;
     let dir = slurm_conf.parent().unwrap_or(Path::new("/")).to_path_buf();
     let read = |p: &str| -> Option<String> {
         let path = PathBuf::from(p);
         std::fs::read_to_string(if path.is_absolute() { path } else { dir.join(path) }).ok()
     };
-    node_features(&conf, node, &read).unwrap_or_default()
+    f(&conf, &read)
 }
 
 #[cfg(test)]
@@ -135,6 +169,22 @@ PartitionName=debug Nodes=ALL Default=YES
         assert_eq!(node_features(CONF, "other", &read), None);
         let looping = |_: &str| Some("Include self.conf\n".to_string());
         assert_eq!(node_features("Include self.conf\n", "n1", &looping), None, "nesting is bounded");
+    }
+
+    #[test]
+    fn a_nodes_address_is_the_one_at_its_place_in_its_lines_address_list() {
+        assert_eq!(node_addr(CONF, "node2", &none).as_deref(), Some("10.0.0.12"));
+        let ranged = "NodeName=gpu[01-03] NodeAddr=10.1.0.[21-23]\nNodeName=cpu1 NodeAddr=cpu1-ib\n";
+        assert_eq!(node_addr(ranged, "gpu03", &none).as_deref(), Some("10.1.0.23"));
+        assert_eq!(node_addr(ranged, "cpu1", &none).as_deref(), Some("cpu1-ib"));
+    }
+
+    #[test]
+    fn a_node_without_its_own_address_has_none() {
+        assert_eq!(node_addr(CONF, "node3", &none), None, "no NodeAddr on its line");
+        assert_eq!(node_addr(CONF, "other", &none), None, "named nowhere");
+        let short = "NodeName=n[1-3] NodeAddr=10.0.0.1,10.0.0.2\n";
+        assert_eq!(node_addr(short, "n2", &none), None, "a list that does not match the names says nothing");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use super::state::JobState;
 use crate::config::Config;
 use crate::job::JobSpec;
 use crate::limits::JobLimits;
-use crate::{alloc, features, gres, hostlist, secret};
+use crate::{alloc, gres, hostlist, node_conf, secret};
 use syndeo_protocol::root::Prolog as PrologArgs;
 
 pub fn run(a: &PrologArgs) -> Result<()> {
@@ -221,7 +221,7 @@ fn job_spec<O: PrologOps>(
     let gpu_devices = gres::gpu_devices(&gres_conf, &node, &gpus);
     let slurm_conf = crate::slurm_conf::path(env("SLURM_CONF").as_deref());
     let labels = node_labels(&node, env("SLURM_JOB_PARTITION"), het_group, &gpus, &gres_conf, &slurm_conf);
-    let addrs = node_addrs(&ops.node_addresses()?, &nodes)?;
+    let addrs = node_addrs(&ops.node_addresses()?, &nodes, |n| node_conf::read_node_addr(&slurm_conf, n))?;
     let propagate: Vec<&str> = a.propagate.iter().map(String::as_str).collect();
     let (rlimits, umask) = (format!("SPANK_{RLIMITS_RECORD}"), format!("SPANK_{UMASK_RECORD}"));
     let limits = JobLimits::parse(env(&rlimits).as_deref(), env(&umask).as_deref(), &propagate);
@@ -270,7 +270,7 @@ fn node_labels(
         node: node.into(),
         partition: partition.filter(|p| !p.contains(',')),
         het_group,
-        features: features::read_node_features(conf, node),
+        features: node_conf::read_node_features(conf, node),
         gpu_count: gpus.len() as u32,
         gpu_type: gres::gpu_type(gres_conf, node, gpus),
     }
@@ -278,10 +278,17 @@ fn node_labels(
 
 /// The nodes' addresses as Slurm's configuration gives them (NodeAddr): the
 /// plugin looks them up inside Slurm and sends them on stdin
-/// (`syndeo_protocol::addresses`). A node it could not place is reached by name.
-fn node_addrs(text: &str, nodes: &[String]) -> Result<Vec<Option<std::net::IpAddr>>> {
+/// (`syndeo_protocol::addresses`) for its own component's nodes; another
+/// component's come from slurm.conf's lines (`conf_addr`). A node neither
+/// places is reached by name.
+fn node_addrs(
+    text: &str,
+    nodes: &[String],
+    conf_addr: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<Option<std::net::IpAddr>>> {
     let map = NodeAddresses::decode(text).context("the node addresses the plugin sent")?;
-    Ok(nodes.iter().map(|n| map.get(n).and_then(|a| a.parse().ok())).collect())
+    let addr = |n: &String| map.get(n).map(str::to_string).or_else(|| conf_addr(n))?.parse().ok();
+    Ok(nodes.iter().map(addr).collect())
 }
 
 /// Slurm's descriptors must not reach the user's processes.

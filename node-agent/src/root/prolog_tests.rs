@@ -194,3 +194,23 @@ fn a_heterogeneous_component_joins_the_leaders_cluster_with_all_nodes_and_its_ow
     assert_eq!(spec.start_time, 1764130000, "the secret takes the leader's start time, not this component's");
     assert!(ops.did("save 6"));
 }
+
+#[test]
+fn another_components_nodes_take_their_addresses_from_slurm_conf_and_the_plugins_win_for_its_own() {
+    let dir = std::env::temp_dir().join(format!("syndeo-prolog-addrs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("slurm.conf");
+    std::fs::write(&conf, "NodeName=n[1-2] NodeAddr=10.9.0.[1-2]\nNodeName=n[3-4] NodeAddr=10.9.0.3,10.9.0.4\n")
+        .unwrap();
+    let mut ops = het_component();
+    ops.set_env("SLURM_CONF", conf.to_str().unwrap());
+    // The plugin sends its own component's nodes (here n3 only, as Slurm placed it).
+    ops.addresses.clear();
+    ops.addresses.insert("n3".into(), "10.8.0.3".into());
+    let result = run_with(&ops, &args(6));
+    let _ = std::fs::remove_dir_all(&dir);
+    result.unwrap();
+    let want: Vec<Option<std::net::IpAddr>> =
+        ["10.9.0.1", "10.9.0.2", "10.8.0.3", "10.9.0.4"].iter().map(|a| Some(a.parse().unwrap())).collect();
+    assert_eq!(saved_spec(&ops).addrs, want);
+}
