@@ -577,6 +577,7 @@ plot '{data}' using 0:2:xtic(1) with boxes notitle, '' using 0:2:3:4 with yerror
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--image", required=True)
+    ap.add_argument("--dashboard-image", help="the image with ray[default]: syndeo's ready time with the dashboard on")
     ap.add_argument("--venv", required=True)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--srun-reps", type=int, default=40)
@@ -594,6 +595,8 @@ def main():
     started = time.time()
 
     ready = {"syndeo": [], "bare ray start": [], "symmetric-run": [], "sleep template": []}
+    if a.dashboard_image:
+        ready["syndeo, dashboard on"] = []
     teardown_syndeo, teardown_bare = [], []
 
     def run_syndeo():
@@ -608,8 +611,10 @@ def main():
 
     runs = {"syndeo": run_syndeo, "bare ray start": run_bare,
             "symmetric-run": lambda: peer_job_ready(symmetric_run_script(a.venv)),
-            "sleep template": lambda: peer_job_ready(template_script(a.venv))}
-    order = ["bare ray start", "syndeo", "symmetric-run", "sleep template"]
+            "sleep template": lambda: peer_job_ready(template_script(a.venv)),
+            "syndeo, dashboard on": lambda: syndeo_ready(a.dashboard_image)[0]}
+    order = [side for side in ["bare ray start", "syndeo", "syndeo, dashboard on", "symmetric-run", "sleep template"]
+             if side in ready]
     for i in range(a.reps):
         # Interleaved: each repetition runs the sides in the other order, so a
         # drift of the machine's speed falls on both sides of each ratio alike.
@@ -659,6 +664,11 @@ def main():
         f"symmetric-run/syndeo {ratio['symmetric-run/syndeo']:.2f} |",
         f"| ready time vs Ray's sleep template | {med['syndeo']:.2f} s | {med['sleep template']:.2f} s | "
         f"template/syndeo {ratio['template/syndeo']:.2f} |",
+    ] + ([
+        f"| ready time, image with `ray[default]` (dashboard, jobs API and metrics on) vs the plain `ray` image | "
+        f"{med['syndeo, dashboard on']:.2f} s | {med['syndeo']:.2f} s | dashboard/plain "
+        f"{median([d / s for d, s in zip(ready['syndeo, dashboard on'], ready['syndeo'])]):.2f} |",
+    ] if a.dashboard_image else []) + [
         f"| teardown per node (syndeo: epilog to clean node; bare: SIGTERM to no process) | "
         f"{median(teardown_syndeo):.2f} s | {median(teardown_bare):.2f} s | "
         f"syndeo/bare {median(teardown_syndeo) / median(teardown_bare):.2f} |",
