@@ -1,7 +1,8 @@
 //! Slurm's accounting (slurmdbd and MariaDB, on a minicluster brought up with
 //! `--accounting`: `tests/run --slurm R --suite site-accounting`): a syndeo
 //! job's Ray tasks are charged to the job. Three Ray tasks, one per node,
-//! each burn BURN_S seconds of CPU (measured by the task itself); the same
+//! each burn BURN_S seconds of CPU (measured by the task itself) while
+//! holding HOLD_MIB of memory; the same
 //! work as a plain `srun -N3` job is the reference. The kernel's count for the
 //! syndeo job's extern step (its cgroups' cpuacct.usage on every node, where
 //! the agent and Ray live under PrologFlags=Contain), less that of the same
@@ -10,7 +11,9 @@
 //! job. `sacct -j N` charges the extern step at least MIN_SHARE of it, and
 //! at most SACCT_MAX_SHARE: Slurm's jobacct_gather counts Ray's extern step
 //! about twice (measured on 22.05 and 24.11: 136 s in sacct for 70.5 s in the
-//! step's cgroups; README, "Accounting"). Needs Slurm's cgroup plugins (the
+//! step's cgroups; README, "Accounting"). The held memory shows in the
+//! extern step's MaxRSS, over the idle job's, as in the plain job's step
+//! (MEM_MIN_SHARE to MEM_MAX_SHARE). Needs Slurm's cgroup plugins (the
 //! minicluster's default): without Contain, Ray runs outside the job and
 //! nothing of it is accounted (README).
 use std::time::{Duration, Instant};
@@ -41,12 +44,26 @@ fn slurm_seconds(t: &str) -> f64 {
     days * 86400.0 + rest.split(':').fold(0.0, |acc, p| acc * 60.0 + p.parse::<f64>().unwrap_or(0.0))
 }
 
-/// One line of `sacct -P`: the step's name and its TotalCPU and TRES cpu.
+/// One line of `sacct -P`: the step's name, its TotalCPU and TRES cpu, and
+/// its MaxRSS in MiB.
 #[derive(Debug)]
 struct Row {
     id: String,
     total_cpu: f64,
     tres_cpu: f64,
+    max_rss_mib: f64,
+}
+
+/// sacct's "123456K" (or M, G; bare: bytes) in MiB.
+fn slurm_mib(v: &str) -> f64 {
+    let v = v.trim();
+    let (num, scale) = match v.chars().last() {
+        Some('K') => (&v[..v.len() - 1], 1.0 / 1024.0),
+        Some('M') => (&v[..v.len() - 1], 1.0),
+        Some('G') => (&v[..v.len() - 1], 1024.0),
+        _ => (v, 1.0 / (1024.0 * 1024.0)),
+    };
+    num.parse::<f64>().unwrap_or(0.0) * scale
 }
 
 /// `sacct -j N` once the job's record is complete (its state final and every
@@ -54,16 +71,17 @@ struct Row {
 fn sacct_rows(job: u32) -> (Vec<Row>, String) {
     let t = Instant::now();
     loop {
-        let o = run(&["sacct", "-j", &job.to_string(), "-n", "-P", "-o", "JobID,State,TotalCPU,TRESUsageInTot"]);
+        let o = run(&["sacct", "-j", &job.to_string(), "-n", "-P", "-o", "JobID,State,TotalCPU,TRESUsageInTot,MaxRSS"]);
         let out = text(&o);
         let rows: Vec<Row> = out
             .lines()
             .filter_map(|l| {
                 let f: Vec<&str> = l.split('|').collect();
-                (f.len() >= 4).then(|| Row {
+                (f.len() >= 5).then(|| Row {
                     id: f[0].to_string(),
                     total_cpu: slurm_seconds(f[2]),
                     tres_cpu: f[3].split(',').find_map(|kv| kv.strip_prefix("cpu=")).map(slurm_seconds).unwrap_or(0.0),
+                    max_rss_mib: slurm_mib(f[4]),
                 })
             })
             .collect();
@@ -82,9 +100,22 @@ fn steps_total(rows: &[Row]) -> f64 {
     rows.iter().filter(|r| r.id.contains('.')).map(|r| r.total_cpu).sum()
 }
 
+/// The held memory must show in the extern step's MaxRSS, over Ray's own,
+/// within these shares of the plain job step's MaxRSS (Ray's own memory
+/// moves by tens of MiB between jobs).
+const MEM_MIN_SHARE: f64 = 0.75;
+const MEM_MAX_SHARE: f64 = 1.5;
+/// MiB each node's task holds (every page written) while it burns.
+const HOLD_MIB: u32 = 300;
+/// Memory for each job on each node: Ray's own (about 500 MiB a node) and
+/// the held memory fit.
+const JOB_MEM: &str = "--mem=2000M";
+
 const BURN: &str = r#"
 import socket, time
-def burn(s):
+def burn(s, mib):
+    held = bytearray(mib << 20)
+    held[::4096] = b"\x01" * len(held[::4096])
     # The clock is read once per 200k steps: a CPU clock read is a system
     # call, far dearer in a many-threaded Ray worker than in a plain python.
     t0 = time.process_time()
@@ -109,15 +140,15 @@ fn a_syndeo_jobs_ray_tasks_show_in_sacct_within_the_margin_of_the_same_work_in_a
 
     // The reference: the same burn as a plain job's tasks, one per node.
     let dir = workdir(user_a(), "acct-plain");
-    write_file(user_a(), &dir.join("burn.py"), &format!("{BURN}\nprint('BURNED', *burn({BURN_S}))\n"));
-    let plain = sbatch(user_a(), &dir, &["-N3"], "#!/bin/bash\nsrun -N3 -n3 python3 burn.py\n");
+    write_file(user_a(), &dir.join("burn.py"), &format!("{BURN}\nprint('BURNED', *burn({BURN_S}, {HOLD_MIB}))\n"));
+    let plain = sbatch(user_a(), &dir, &["-N3", JOB_MEM], "#!/bin/bash\nsrun -N3 -n3 python3 burn.py\n");
     assert_eq!(plain.wait(Duration::from_secs(300)), "COMPLETED", "{}", plain.output());
     assert_eq!(plain.lines("BURNED ").len(), 3, "{}", plain.output());
 
     // Ray's own CPU over such a job: the same job with tasks that burn nothing.
-    let (idle, _, idle_kernel) = syndeo_burn_job(&image, "acct-idle", 0.0);
+    let (idle, _, idle_kernel) = syndeo_burn_job(&image, "acct-idle", 0.0, 0);
     // The same work as Ray tasks, one pinned to each node.
-    let (job, burned, kernel) = syndeo_burn_job(&image, "acct-syndeo", BURN_S);
+    let (job, burned, kernel) = syndeo_burn_job(&image, "acct-syndeo", BURN_S, HOLD_MIB);
     assert!(burned >= 3.0 * BURN_S * 0.99, "the tasks burned {burned} s: {}", job.output());
 
     let (plain_rows, plain_out) = sacct_rows(plain.id);
@@ -162,6 +193,26 @@ fn a_syndeo_jobs_ray_tasks_show_in_sacct_within_the_margin_of_the_same_work_in_a
         "the syndeo job is charged {charged:.1} s, {overhead:.1} s of it Ray's own (the idle job), so {work:.1} s for \
          the work the plain job is charged {reference:.1} s for (margin: {MIN_SHARE} to {SACCT_MAX_SHARE}):\n{shown}\nidle job:\n{idle_out}"
     );
+    // Memory: what the tasks held shows in the extern step's MaxRSS (over
+    // what Ray's own takes, the idle job's) as in the plain job's step.
+    let max_rss = |rows: &[Row], step: &str| {
+        rows.iter().filter(|r| r.id.ends_with(step)).map(|r| r.max_rss_mib).fold(0.0, f64::max)
+    };
+    let plain_mem = max_rss(&plain_rows, ".0");
+    let (mem, idle_mem) = (max_rss(&rows, ".extern"), max_rss(&idle_rows, ".extern"));
+    let mem_work = mem - idle_mem;
+    eprintln!(
+        "MaxRSS: plain step {plain_mem:.0} MiB; extern step {mem:.0} MiB, {idle_mem:.0} MiB of it Ray's own (idle job)"
+    );
+    assert!(
+        plain_mem >= f64::from(HOLD_MIB),
+        "the plain job's step shows {plain_mem:.0} MiB for {HOLD_MIB} MiB held:\n{shown}"
+    );
+    assert!(
+        mem_work >= MEM_MIN_SHARE * plain_mem && mem_work <= MEM_MAX_SHARE * plain_mem,
+        "the extern step's MaxRSS is {mem:.0} MiB, {idle_mem:.0} MiB of it Ray's own (the idle job), so {mem_work:.0} MiB \
+         for what the plain job's step shows as {plain_mem:.0} MiB (margin: {MEM_MIN_SHARE} to {MEM_MAX_SHARE}):\n{shown}\nidle job:\n{idle_out}"
+    );
 }
 
 /// CPU seconds the kernel counts for `job`'s extern step: the sum over its
@@ -187,7 +238,7 @@ fn extern_step_cpu(job: &Job) -> f64 {
 /// A syndeo job on 3 nodes whose Ray tasks, one pinned to each node, burn
 /// `seconds` of CPU each: the job, the CPU seconds its tasks measured, and
 /// the kernel's count for its extern step once the tasks are done.
-fn syndeo_burn_job(image: &str, name: &str, seconds: f64) -> (Job, f64, f64) {
+fn syndeo_burn_job(image: &str, name: &str, seconds: f64, mib: u32) -> (Job, f64, f64) {
     let dir = workdir(user_a(), name);
     let driver = format!(
         r#"{BURN}
@@ -195,7 +246,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
 ray.init()
 nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-done = ray.get([ray.remote(num_cpus=1)(burn).options(scheduling_strategy=On(n, soft=False)).remote({seconds}) for n in nodes])
+done = ray.get([ray.remote(num_cpus=1)(burn).options(scheduling_strategy=On(n, soft=False)).remote({seconds}, {mib}) for n in nodes])
 for host, cpu in done:
     print("BURNED", host, cpu)
 "#
@@ -206,7 +257,7 @@ for host, cpu in done:
     // extern step's usage before the job ends.
     let script = "#!/bin/bash\nsrun --syndeo -N1 -n1 python3 driver.py\necho MEASURE\n\
                   for i in $(seq 1200); do [ -e go ] && break; sleep 0.25; done\nsleep 12\n";
-    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], script);
+    let job = sbatch(user_a(), &dir, &["-N3", JOB_MEM, &format!("--syndeo={image}")], script);
     job.wait_line("MEASURE", Duration::from_secs(400));
     let kernel = extern_step_cpu(&job);
     write_file(user_a(), &dir.join("go"), "");
