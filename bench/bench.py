@@ -766,6 +766,10 @@ are the result. Benchmarks never fail CI.
 - **syndeo ready**: `sbatch -N3 --syndeo=IMAGE`. The batch script starts only when the
   cluster is ready in that sense, and prints the time. The job's start is the earliest
   `syndeo: prolog for job N` line in the slurmd logs (ms resolution).
+- **syndeo, dashboard on**: the same job with the test image built with `ray[default]`
+  (`tests/image/build --default`): the dashboard, jobs API and metrics agent, which syndeo
+  turns on by default when the image has them (what users bring). It runs among the other
+  sides, in turn; the ratio is dashboard/plain image per repetition.
 - **bare `ray start`** (the floor): the host venv's `ray start --head --block`, run
   directly as the user in node1's namespaces. Once it says "Ray runtime started",
   `ray start --address` runs on the other nodes in parallel, with syndeo's flags
@@ -808,6 +812,10 @@ are the result. Benchmarks never fail CI.
   with its `simulation` feature, which the packages never have) runs N agents' real lifecycle in one process, each with its own
   mesh server on 127.10.x.y and its job directory on tmpfs; the launcher is a no-op that
   says "started" at once. It counts every mesh call served and every view streamed.
+  Simulated nodes take their port numbers without holding them (a real node holds its
+  own, and no Ray binds them here): in one process, every node's holders on 0.0.0.0 made
+  each later node's pick scan past all earlier nodes' ports, O(N²) binds (1,024 nodes
+  took 15.6 s that way, not 1 s).
 - **throughput**: a syndeo cluster and a bare one run at once on the same nodes. Each
   has one driver on node1: through `srun --syndeo` in syndeo's container, and from the
   host venv against the bare cluster. Each driver runs 200 warm-up tasks. Then the two
