@@ -48,6 +48,12 @@ pub fn exec_in_image(dir: &JobDir, argv: &[OsString]) -> anyhow::Error {
         Some(p) => cmd.env("PYTHONPATH", p),
         None => cmd.env_remove("PYTHONPATH"),
     };
+    if crate::exec_session::on_a_terminal() {
+        match crate::exec_session::run_in_own_session(&cmd) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => return e,
+        }
+    }
     let err = cmd.exec();
     anyhow::anyhow!("cannot run {program}: {err}")
 }

@@ -26,6 +26,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod exec_session;
 pub mod fault;
 pub mod gres;
 pub mod hostlist;

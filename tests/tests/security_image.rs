@@ -220,15 +220,9 @@ fn a_process_in_the_image_cannot_queue_input_for_the_users_shell_on_its_terminal
     // controlling terminal; nothing reaches the shell.
     let inside = probe(&results, "image");
     assert_eq!(inside["tty"], "True", "the image's probe had no terminal to try: {results}");
-    if runtime() == "apptainer" && legacy {
-        // `apptainer exec` keeps the caller's session, and syndeo cannot
-        // give it a new one yet; only `dev.tty.legacy_tiocsti = 0` closes it.
-        eprintln!("NOT SHOWN on apptainer with legacy TIOCSTI on: the image's probe got {inside:?}");
-        return;
-    }
-    if runtime() == "bubblewrap" {
-        assert_eq!(inside["tty_session"], "ENOTTY", "the image shares the shell's terminal session: {results}");
-    }
+    // Both runtimes: bubblewrap with --new-session, Apptainer under `setsid`
+    // (`exec_session.rs`); the terminal is not the image's controlling one.
+    assert_eq!(inside["tty_session"], "ENOTTY", "the image shares the shell's terminal session: {results}");
     assert!(["EPERM", "EIO"].contains(&inside["tiocsti"].as_str()), "TIOCSTI from the image: {results}");
     assert_eq!(read_after(&results, "image"), "", "the shell read what the image queued: {results}");
 }
