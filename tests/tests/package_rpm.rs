@@ -80,6 +80,13 @@ fn each_release_s_rpm_requires_slurm_of_that_major_minor_and_from_the_os_only_gl
             reqs.contains(&format!("slurm >= {rel}")) && reqs.contains(&format!("slurm < {next}")),
             "{rel}: {reqs:?}"
         );
+        let conflicts = run(&["rpm", "-qp", "--conflicts", &rpm]);
+        let conflicts = String::from_utf8_lossy(&conflicts.stdout).to_string();
+        assert!(
+            conflicts.contains("(slurm >= 17.02 with slurm < 17.03)")
+                && !conflicts.contains(&format!("(slurm >= {rel} with")),
+            "{rel}: the conflicts name every other series, not its own: {conflicts}"
+        );
         for r in &reqs {
             let os = ["/bin/sh", "rtld(GNU_HASH)", "libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0"]
                 .iter()
@@ -150,7 +157,7 @@ fn the_rpm_installs_with_its_scriptlets_verifies_clean_upgrades_keeping_an_edite
 
 #[test]
 #[ignore = "root, minutes: builds the 22.05 RPM and a Debian 11 root with rpm (tests/run --packages)"]
-fn an_rpm_for_another_slurm_release_is_refused_by_rpm_naming_its_release_and_the_slurm_it_needs() {
+fn an_rpm_for_another_slurm_release_is_refused_by_rpm_naming_the_slurm_it_needs_and_the_one_installed() {
     let rpm = build_packages("x86_64", "22.05", None, None).rpm;
     let stub_dir = scratch_dir("rpm-stubs");
     let stubs = stubs(&stub_dir, &rpm, "24.11.5");
@@ -158,10 +165,11 @@ fn an_rpm_for_another_slurm_release_is_refused_by_rpm_naming_its_release_and_the
     let o = root.run(&["rpm", "-i", &rpm]);
     let out = text(&o);
     assert!(!o.status.success(), "rpm installed a 22.05 package on Slurm 24.11: {out}");
-    // rpm names the package's release and the Slurm it needs (not the one
-    // installed: rpm's messages never do).
+    // rpm names the Slurm the package needs and, through the conflict with
+    // the installed series (packaging/build), the Slurm installed.
     assert!(
-        out.contains("slurm < 22.06 is needed by syndeo-0.1.0-1.slurm22.05"),
+        out.contains("slurm < 22.06 is needed by syndeo-0.1.0-1.slurm22.05")
+            && out.contains("(slurm >= 24.11 with slurm < 25.02) conflicts with syndeo-0.1.0-1.slurm22.05"),
         "the refusal names both releases: {out}"
     );
     assert!(!root.exists(PLUGIN) && !root.exists(PLUGSTACK), "a refused install left files: {out}");
