@@ -21,8 +21,8 @@ const MAX_INCLUDE_DEPTH: usize = 4;
 /// `NodeName` line names the node.
 pub fn node_features(conf: &str, node: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<Vec<String>> {
     let found = find(conf, node, read)?;
-    let features = value_of(&found.line, "Features").or_else(|| value_of(&found.line, "Feature"));
-    Some(split_features(features.or(found.default_features).as_deref().unwrap_or("")))
+    let features = line_features(&found.line).or(found.default_features);
+    Some(split_features(features.as_deref().unwrap_or("")))
 }
 
 /// Every node's `NodeAddr` in the slurm.conf text `conf` (`read` as for
@@ -59,10 +59,9 @@ fn find(conf: &str, node: &str, read: &dyn Fn(&str) -> Option<String>) -> Option
     let mut found = None;
     each_line(conf, read, 0, &mut |line| {
         let Some(names) = value_of(line, "NodeName") else { return false };
-        let features = value_of(line, "Features").or_else(|| value_of(line, "Feature"));
         if names.eq_ignore_ascii_case("DEFAULT") {
-            if features.is_some() {
-                default = features;
+            if let Some(features) = line_features(line) {
+                default = Some(features);
             }
             return false;
         }
@@ -128,6 +127,11 @@ fn value_of(line: &str, key: &str) -> Option<String> {
         let (k, v) = w.split_once('=')?;
         k.eq_ignore_ascii_case(key).then(|| v.trim_matches('"').to_string())
     })
+}
+
+/// A line's `Features=` (or `Feature=`) value.
+fn line_features(line: &str) -> Option<String> {
+    value_of(line, "Features").or_else(|| value_of(line, "Feature"))
 }
 
 fn split_features(list: &str) -> Vec<String> {
