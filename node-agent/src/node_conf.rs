@@ -8,6 +8,7 @@
 //! `NodeName=DEFAULT` lines whose features hold for the lines after them,
 //! node names and addresses as hostlist expressions (the n-th address is the
 //! n-th name's), and `Feature=` as a synonym.
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::hostlist;
@@ -19,62 +20,85 @@ const MAX_INCLUDE_DEPTH: usize = 4;
 /// included file's text by the path written after `Include`. None: no
 /// `NodeName` line names the node.
 pub fn node_features(conf: &str, node: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<Vec<String>> {
-    let found = find(conf, node, read, &mut None, 0)?;
-    let features = value_of(&found.line, "Features").or_else(|| value_of(&found.line, "Feature"));
-    Some(split_features(features.or(found.default_features).as_deref().unwrap_or("")))
+    let found = find(conf, node, read)?;
+    let features = line_features(&found.line).or(found.default_features);
+    Some(split_features(features.as_deref().unwrap_or("")))
 }
 
-/// The `NodeAddr` of `node` in the slurm.conf text `conf` (`read` as for
-/// `node_features`). None: no line names the node, or its line has no
-/// address for it.
-pub fn node_addr(conf: &str, node: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<String> {
-    let found = find(conf, node, read, &mut None, 0)?;
-    let addrs = hostlist::expand(&value_of(&found.line, "NodeAddr")?).ok()?;
-    let i = found.names.iter().position(|n| n == node)?;
-    (addrs.len() == found.names.len()).then(|| addrs[i].clone())
+/// Every node's `NodeAddr` in the slurm.conf text `conf` (`read` as for
+/// `node_features`), by node name, from one pass over the text and its
+/// includes. A node's address is the one at its place in the address list
+/// of the first line that names it; a node whose line has no address, or
+/// a list that does not match its names, is not in the map.
+pub fn node_addrs(conf: &str, read: &dyn Fn(&str) -> Option<String>) -> HashMap<String, String> {
+    let mut first: HashMap<String, Option<String>> = HashMap::new();
+    each_line(conf, read, 0, &mut |line| {
+        let Some(names) = value_of(line, "NodeName").filter(|n| !n.eq_ignore_ascii_case("DEFAULT")) else {
+            return false;
+        };
+        let Ok(names) = hostlist::expand(&names) else { return false };
+        let addrs =
+            value_of(line, "NodeAddr").and_then(|a| hostlist::expand(&a).ok()).filter(|a| a.len() == names.len());
+        for (i, name) in names.into_iter().enumerate() {
+            first.entry(name).or_insert_with(|| addrs.as_ref().map(|a| a[i].clone()));
+        }
+        false
+    });
+    first.into_iter().filter_map(|(name, addr)| Some((name, addr?))).collect()
 }
 
-/// The `NodeName` line that names a node: its names, the line, and the
-/// `NodeName=DEFAULT` features in force there.
+/// The `NodeName` line that names a node, and the `NodeName=DEFAULT`
+/// features in force there.
 struct NodeLine {
-    names: Vec<String>,
     line: String,
     default_features: Option<String>,
 }
 
-fn find(
-    conf: &str,
-    node: &str,
-    read: &dyn Fn(&str) -> Option<String>,
-    default: &mut Option<String>,
-    depth: usize,
-) -> Option<NodeLine> {
-    for line in logical_lines(conf) {
-        let mut words = line.split_whitespace();
-        let first = words.next().unwrap_or("");
-        if first.eq_ignore_ascii_case("include") {
-            let included = words.next().filter(|_| depth < MAX_INCLUDE_DEPTH).and_then(read);
-            if let Some(found) = included.and_then(|text| find(&text, node, read, default, depth + 1)) {
-                return Some(found);
-            }
-            continue;
-        }
-        let Some(names) = value_of(&line, "NodeName") else { continue };
-        let features = value_of(&line, "Features").or_else(|| value_of(&line, "Feature"));
+fn find(conf: &str, node: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<NodeLine> {
+    let mut default = None;
+    let mut found = None;
+    each_line(conf, read, 0, &mut |line| {
+        let Some(names) = value_of(line, "NodeName") else { return false };
         if names.eq_ignore_ascii_case("DEFAULT") {
-            if features.is_some() {
-                *default = features;
+            if let Some(features) = line_features(line) {
+                default = Some(features);
             }
-            continue;
+            return false;
         }
         match hostlist::expand(&names) {
             Ok(names) if names.iter().any(|n| n == node) => {
-                return Some(NodeLine { names, line, default_features: default.clone() });
+                found = Some(NodeLine { line: line.to_string(), default_features: default.clone() });
+                true
             }
-            _ => {}
+            _ => false,
+        }
+    });
+    found
+}
+
+/// Each logical line of `conf` to `visit`, an `Include`d file's lines in
+/// the place of its `Include` (nested at most `MAX_INCLUDE_DEPTH` deep),
+/// until `visit` returns true; true if it did.
+fn each_line(
+    conf: &str,
+    read: &dyn Fn(&str) -> Option<String>,
+    depth: usize,
+    visit: &mut dyn FnMut(&str) -> bool,
+) -> bool {
+    for line in logical_lines(conf) {
+        let mut words = line.split_whitespace();
+        if words.next().unwrap_or("").eq_ignore_ascii_case("include") {
+            let included = words.next().filter(|_| depth < MAX_INCLUDE_DEPTH).and_then(read);
+            if included.is_some_and(|text| each_line(&text, read, depth + 1, visit)) {
+                return true;
+            }
+            continue;
+        }
+        if visit(&line) {
+            return true;
         }
     }
-    None
+    false
 }
 
 /// Lines without comments, continuations joined.
@@ -105,6 +129,11 @@ fn value_of(line: &str, key: &str) -> Option<String> {
     })
 }
 
+/// A line's `Features=` (or `Feature=`) value.
+fn line_features(line: &str) -> Option<String> {
+    value_of(line, "Features").or_else(|| value_of(line, "Feature"))
+}
+
 fn split_features(list: &str) -> Vec<String> {
     list.split(',').map(str::trim).filter(|f| !f.is_empty()).map(str::to_string).collect()
 }
@@ -115,9 +144,10 @@ pub fn read_node_features(slurm_conf: &Path, node: &str) -> Vec<String> {
     read_with(slurm_conf, |conf, read| node_features(conf, node, read)).unwrap_or_default()
 }
 
-/// The `NodeAddr` of `node` from the slurm.conf at `slurm_conf`, if it says.
-pub fn read_node_addr(slurm_conf: &Path, node: &str) -> Option<String> {
-    read_with(slurm_conf, |conf, read| node_addr(conf, node, read))
+/// Every node's `NodeAddr` from the slurm.conf at `slurm_conf`, by node
+/// name (`node_addrs`); empty when it cannot be read.
+pub fn read_node_addrs(slurm_conf: &Path) -> HashMap<String, String> {
+    read_with(slurm_conf, |conf, read| Some(node_addrs(conf, read))).unwrap_or_default()
 }
 
 /// `f` over the slurm.conf at `slurm_conf`, with its includes read beside it.
@@ -171,25 +201,50 @@ PartitionName=debug Nodes=ALL Default=YES
         assert_eq!(node_features("Include self.conf\n", "n1", &looping), None, "nesting is bounded");
     }
 
+    /// `node`'s address in the map of `conf`'s addresses.
+    fn addr_of(conf: &str, node: &str) -> Option<String> {
+        node_addrs(conf, &none).get(node).cloned()
+    }
+
     #[test]
     fn a_nodes_address_is_the_one_at_its_place_in_its_lines_address_list() {
-        assert_eq!(node_addr(CONF, "node2", &none).as_deref(), Some("10.0.0.12"));
+        assert_eq!(addr_of(CONF, "node2").as_deref(), Some("10.0.0.12"));
         let ranged = "NodeName=gpu[01-03] NodeAddr=10.1.0.[21-23]\nNodeName=cpu1 NodeAddr=cpu1-ib\n";
-        assert_eq!(node_addr(ranged, "gpu03", &none).as_deref(), Some("10.1.0.23"));
-        assert_eq!(node_addr(ranged, "cpu1", &none).as_deref(), Some("cpu1-ib"));
+        assert_eq!(addr_of(ranged, "gpu03").as_deref(), Some("10.1.0.23"));
+        assert_eq!(addr_of(ranged, "cpu1").as_deref(), Some("cpu1-ib"));
     }
 
     #[test]
     fn a_node_without_its_own_address_has_none() {
-        assert_eq!(node_addr(CONF, "node3", &none), None, "no NodeAddr on its line");
-        assert_eq!(node_addr(CONF, "other", &none), None, "named nowhere");
+        assert_eq!(addr_of(CONF, "node3"), None, "no NodeAddr on its line");
+        assert_eq!(addr_of(CONF, "other"), None, "named nowhere");
         let short = "NodeName=n[1-3] NodeAddr=10.0.0.1,10.0.0.2\n";
-        assert_eq!(node_addr(short, "n2", &none), None, "a list that does not match the names says nothing");
+        assert_eq!(addr_of(short, "n2"), None, "a list that does not match the names says nothing");
+        let twice = "NodeName=n1 CPUs=2\nNodeName=n1 NodeAddr=10.0.0.1\n";
+        assert_eq!(addr_of(twice, "n1"), None, "the first line that names a node is its line");
     }
 
     #[test]
-    fn an_unreadable_slurm_conf_gives_no_features() {
+    fn one_read_of_slurm_conf_and_its_includes_maps_every_nodes_address() {
+        let reads = std::cell::Cell::new(0);
+        let read = |p: &str| {
+            reads.set(reads.get() + 1);
+            (p == "nodes.conf").then(|| "NodeName=gpu[01-02] NodeAddr=10.1.0.[1-2]\n".to_string())
+        };
+        let map = node_addrs(CONF, &read);
+        assert_eq!(reads.get(), 1, "the include is read once for all nodes");
+        let want: HashMap<String, String> =
+            [("node1", "10.0.0.11"), ("node2", "10.0.0.12"), ("gpu01", "10.1.0.1"), ("gpu02", "10.1.0.2")]
+                .into_iter()
+                .map(|(n, a)| (n.to_string(), a.to_string()))
+                .collect();
+        assert_eq!(map, want, "nodes without an address (node3, node4) are not in it");
+    }
+
+    #[test]
+    fn an_unreadable_slurm_conf_gives_no_features_and_no_addresses() {
         assert!(read_node_features(Path::new("/nonexistent/slurm.conf"), "n1").is_empty());
+        assert!(read_node_addrs(Path::new("/nonexistent/slurm.conf")).is_empty());
         let dir = std::env::temp_dir().join(format!("syndeo-features-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("slurm.conf"), "Include nodes.conf\n").unwrap();

@@ -220,6 +220,19 @@ impl Job {
         text(&o).split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_string))
     }
 
+    /// The job's nodes, one name each: its `NodeList` expanded by
+    /// `scontrol show hostnames`, in Slurm's order.
+    pub fn nodes(&self) -> Vec<String> {
+        let list = self.field("NodeList").expect("NodeList");
+        let o = run(&["scontrol", "show", "hostnames", &list]);
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Waits until the job is over and its epilogs have finished; returns its state.
     pub fn wait(&self, limit: Duration) -> String {
         let start = Instant::now();

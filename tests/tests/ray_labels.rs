@@ -61,16 +61,10 @@ fn slurm_node(node: &str) -> (BTreeSet<String>, Option<String>) {
     (features, kind)
 }
 
-fn job_nodes(job: &Job) -> Vec<String> {
-    let list = job.field("NodeList").expect("NodeList");
-    let o = run(&["scontrol", "show", "hostnames", &list]);
-    String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect()
-}
-
 /// Every node of the job carries Slurm's facts, exactly.
 fn assert_labels_match_slurm(job: &Job, partition: &str, gpus: u32) {
     let labels = labels_by_node(job);
-    let nodes = job_nodes(job);
+    let nodes = job.nodes();
     assert_eq!(labels.keys().cloned().collect::<Vec<_>>(), nodes, "{}", job.output());
     assert_eq!(job.field("Partition").as_deref(), Some(partition));
     for node in &nodes {
@@ -100,8 +94,7 @@ fn each_nodes_labels_say_what_slurm_says_and_a_feature_selector_lands_only_where
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     assert_labels_match_slurm(&job, "debug", 0);
     for feature in ["cpu_fast", "bigmem"] {
-        let with: BTreeSet<String> =
-            job_nodes(&job).into_iter().filter(|n| slurm_node(n).0.contains(feature)).collect();
+        let with: BTreeSet<String> = job.nodes().into_iter().filter(|n| slurm_node(n).0.contains(feature)).collect();
         let on = job.lines(&format!("ON {feature} "));
         assert_eq!(on.len(), 1, "{}", job.output());
         let ran: BTreeSet<String> = on[0].split_whitespace().map(String::from).collect();

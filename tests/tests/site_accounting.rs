@@ -219,12 +219,10 @@ fn a_syndeo_jobs_ray_tasks_show_in_sacct_within_the_margin_of_the_same_work_in_a
 /// nodes of the step's cgroup cpuacct.usage (nanoseconds).
 fn extern_step_cpu(job: &Job) -> f64 {
     let (uid, _) = user_ids(user_a());
-    let list = job.field("NodeList").expect("NodeList");
-    let hosts = text(&run(&["scontrol", "show", "hostnames", &list]));
-    hosts
-        .lines()
+    job.nodes()
+        .iter()
         .map(|node| {
-            let path = format!("{}/step_extern/cpuacct.usage", job_cgroup("cpuacct", node.trim(), uid, job.id));
+            let path = format!("{}/step_extern/cpuacct.usage", job_cgroup("cpuacct", node, uid, job.id));
             let ns: f64 = std::fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("{path}: {e}"))
                 .trim()

@@ -11,6 +11,7 @@
 //! which the job's steps print, and the prolog succeeds: a failed prolog
 //! drains the node. Errors returned from here are node faults: the node is drained with
 //! a reason that names the fault.
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
@@ -221,7 +222,7 @@ fn job_spec<O: PrologOps>(
     let gpu_devices = gres::gpu_devices(&gres_conf, &node, &gpus);
     let slurm_conf = crate::slurm_conf::path(env("SLURM_CONF").as_deref());
     let labels = node_labels(&node, env("SLURM_JOB_PARTITION"), het_group, &gpus, &gres_conf, &slurm_conf);
-    let addrs = node_addrs(&ops.node_addresses()?, &nodes, |n| node_conf::read_node_addr(&slurm_conf, n))?;
+    let addrs = node_addrs(&ops.node_addresses()?, &nodes, || node_conf::read_node_addrs(&slurm_conf))?;
     let propagate: Vec<&str> = a.propagate.iter().map(String::as_str).collect();
     let (rlimits, umask) = (format!("SPANK_{RLIMITS_RECORD}"), format!("SPANK_{UMASK_RECORD}"));
     let limits = JobLimits::parse(env(&rlimits).as_deref(), env(&umask).as_deref(), &propagate);
@@ -279,15 +280,17 @@ fn node_labels(
 /// The nodes' addresses as Slurm's configuration gives them (NodeAddr): the
 /// plugin looks them up inside Slurm and sends them on stdin
 /// (`syndeo_protocol::addresses`) for its own component's nodes; another
-/// component's come from slurm.conf's lines (`conf_addr`). A node neither
-/// places is reached by name.
+/// component's come from slurm.conf's lines (`conf_addrs`, every node's
+/// address from one read, called only when a node is missing from the
+/// plugin's). A node neither places is reached by name.
 fn node_addrs(
     text: &str,
     nodes: &[String],
-    conf_addr: impl Fn(&str) -> Option<String>,
+    conf_addrs: impl FnOnce() -> HashMap<String, String>,
 ) -> Result<Vec<Option<std::net::IpAddr>>> {
-    let map = NodeAddresses::decode(text).context("the node addresses the plugin sent")?;
-    let addr = |n: &String| map.get(n).map(str::to_string).or_else(|| conf_addr(n))?.parse().ok();
+    let sent = NodeAddresses::decode(text).context("the node addresses the plugin sent")?;
+    let conf = if nodes.iter().all(|n| sent.get(n).is_some()) { HashMap::new() } else { conf_addrs() };
+    let addr = |n: &String| sent.get(n).or_else(|| conf.get(n).map(String::as_str))?.parse().ok();
     Ok(nodes.iter().map(addr).collect())
 }
 
@@ -323,5 +326,25 @@ mod tests {
         );
         assert_eq!((several.partition, several.features.len(), several.gpu_type), (None, 0, None));
         assert_eq!(several.het_group, 1);
+    }
+
+    #[test]
+    fn slurm_conf_is_read_once_for_all_missing_nodes_and_not_when_the_plugin_sent_every_one() {
+        let nodes: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| n.to_string()).collect();
+        let reads = std::cell::Cell::new(0);
+        let conf = || {
+            reads.set(reads.get() + 1);
+            [("n1", "10.9.0.1"), ("n2", "10.9.0.2"), ("n3", "10.9.0.3")]
+                .into_iter()
+                .map(|(n, a)| (n.to_string(), a.to_string()))
+                .collect()
+        };
+        let got = node_addrs(r#"{"n3":"10.8.0.3"}"#, &nodes, conf).unwrap();
+        let want: Vec<Option<std::net::IpAddr>> =
+            ["10.9.0.1", "10.9.0.2", "10.8.0.3"].iter().map(|a| Some(a.parse().unwrap())).collect();
+        assert_eq!((got, reads.get()), (want, 1), "two missing nodes, one read; the plugin's address wins");
+        let all = r#"{"n1":"10.8.0.1","n2":"10.8.0.2","n3":"10.8.0.3"}"#;
+        node_addrs(all, &nodes, conf).unwrap();
+        assert_eq!(reads.get(), 1, "no node missing, no read");
     }
 }
