@@ -1,7 +1,9 @@
 """syndeo's benchmarks on the minicluster, each side by side with a peer in
-the same run (started by bench/run, which prepares the cluster, the image and
-a host venv with Ray for the peers). Absolute times on a shared 2-core
-machine are noise; the ratios measured in one run are the result.
+the same run (started by bench/run, which prepares the cluster and the
+image). Every peer runs the image's own Python and Ray, from the image's root
+filesystem without syndeo (`in_image`): a ratio compares syndeo with the same
+interpreter and Ray. Absolute times on a shared 2-core machine are noise; the
+ratios measured in one run are the result.
 
 1. Cluster-ready time, 3 nodes, job start -> truly ready (`ray status` lists
    all 3 nodes active, which is when syndeo starts the job's steps):
@@ -20,6 +22,7 @@ import functools
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import statistics
@@ -181,6 +184,94 @@ def node_has(node, path):
     return sh(["nsenter", "-t", str(slurmd_pid(node)), "-m", "--", "test", "-e", path]).returncode == 0
 
 
+# ------------------------------------------- the peers' Python and Ray
+
+# Where the image (tests/image/build) has them: Debian's python3 in
+# /usr/bin, and Ray installed by pip as root, /usr/local/bin/ray with its
+# package in /usr/local/lib/python3.X/dist-packages.
+IMAGE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Bound read-only from the node so that the user's name, the node names and
+# DNS resolve inside, as syndeo's bubblewrap runtime binds them
+# (node-agent/src/runtime/bubblewrap.rs).
+HOST_FILES = ["/etc/passwd", "/etc/group", "/etc/hosts", "/etc/resolv.conf"]
+
+
+def image_root(image):
+    """The image's root filesystem directory: the image itself, or for a SIF
+    the directory it was built from (`minicluster image`: the SIF's path
+    without `.sif`), which holds the same files."""
+    root = image[:-len(".sif")] if image.endswith(".sif") else image
+    if not os.path.isdir(os.path.join(root, "usr")):
+        raise SystemExit(f"bench: no root filesystem at {root} (the peers' image, for {image})")
+    return root
+
+
+def in_image(root):
+    """The peers' container: the argv prefix that runs a command with the
+    image's Python and Ray, as the calling user, without syndeo. Bubblewrap
+    (in every release's root, and what syndeo runs Ray with without
+    Apptainer) binds the image read-only as `/`; the node's /tmp (Ray's temp
+    dirs, which drivers and clean_bench_dirs find there), /dev/shm (the
+    object store), /sys, /home and the HOST_FILES are bound over it, and the
+    network and PID namespace stay the node's: all that differs from Ray run
+    on the node itself is the files of /usr, /etc and the rest. bwrap stays
+    as the command's parent; --die-with-parent: the command is killed when
+    bwrap is (see contained_command)."""
+    argv = ["/usr/bin/bwrap", "--ro-bind", root, "/", "--dev", "/dev", "--proc", "/proc",
+            "--ro-bind", "/sys", "/sys", "--bind", "/tmp", "/tmp", "--bind", "/dev/shm", "/dev/shm",
+            "--bind", "/home", "/home"]
+    for f in HOST_FILES:
+        argv += ["--ro-bind-try", f, f]
+    return argv + ["--setenv", "PATH", IMAGE_PATH, "--die-with-parent", "--"]
+
+
+def in_image_script(root):
+    """in_image(root) as an executable of the user's, for the peers' batch
+    scripts: `in-image CMD...` runs CMD in the image on whichever node srun
+    (or the batch script) runs it."""
+    text = ("#!/bin/sh\n# The image's Python and Ray, without syndeo (bench.py's in_image).\n"
+            f'exec {shlex.join(in_image(root))} "$@"\n')
+    path = write_user_file("in-image", text)
+    os.chmod(path, 0o755)
+    return path
+
+
+def children(pid):
+    """The PIDs whose parent is `pid`."""
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                stat = open(f"/proc/{p}/stat").read()
+            except OSError:
+                continue
+            # After the command's name (in parentheses, which it may hold too): state, then the parent.
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(p))
+    return found
+
+
+def contained_command(p):
+    """The PID of the command that in_image's container `p` (an as_user_in
+    process: bwrap, which nsenter, setpriv and env exec in turn) runs:
+    bwrap's one child, which execs the command (without --unshare-pid bwrap
+    forks nothing else). bwrap's own PID when it has none (any more)."""
+    return (children(p.pid) or [p.pid])[0]
+
+
+def peer_versions(root):
+    """The image's Ray and Python as the peers get them, on node1 through
+    in_image as the user: a check that the container works, before any peer
+    is timed."""
+    p = as_user_in(NODES[0], [*in_image(root), "python3", "-c",
+                              "import ray, sys; print(f'Ray {ray.__version__}, Python {sys.version.split()[0]}')"],
+                   {"PATH": "/usr/bin:/bin", "HOME": f"/home/{USER}"})
+    out, _ = p.communicate(timeout=120)
+    if p.returncode != 0:
+        raise SystemExit(f"bench: the peers' container ({shlex.join(in_image(root))}) failed on {NODES[0]}: {out}")
+    return out.strip().splitlines()[-1]
+
+
 def as_user_in(node, argv, env):
     """A process of USER inside `node`'s namespaces, started by PID (no shell)."""
     envv = [f"{k}={v}" for k, v in env.items()]
@@ -269,16 +360,17 @@ def syndeo_ready(image):
     return ready, teardown
 
 
-def bare_cluster(venv):
+def bare_cluster(root):
     """Bare `ray start --block` on every node (head, then the workers in
-    parallel), with the flags syndeo uses and token auth, as USER. Returns
-    (seconds to ready, processes, env marker)."""
+    parallel), with the flags syndeo uses and token auth, as USER, each in
+    in_image(root). Returns (seconds to ready, the containers' processes, env
+    marker, the head's address, node1's env)."""
     mark = f"SYNDEO_BENCH_BARE={secrets.token_hex(4)}"
     token = secrets.token_hex(32)
     port = 20000 + secrets.randbelow(9000)
 
     def env(node):
-        return {"PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": f"/home/{USER}", "RAY_AUTH_MODE": "token",
+        return {"PATH": "/usr/bin:/bin", "HOME": f"/home/{USER}", "RAY_AUTH_MODE": "token",
                 "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
                 mark.split("=")[0]: mark.split("=")[1]}
 
@@ -294,14 +386,17 @@ def bare_cluster(venv):
         raise SystemExit("bare ray start failed")
 
     t0 = time.time()
-    head = as_user_in(NODES[0], [f"{venv}/bin/ray", "start", "--head", "--port", str(port), "--include-dashboard", "false",
-                                 "--dashboard-port", str(port + 1), *common(NODES[0])], env(NODES[0]))
+    head = as_user_in(NODES[0], [*in_image(root), "ray", "start", "--head", "--port", str(port),
+                                 "--include-dashboard", "false", "--dashboard-port", str(port + 1), *common(NODES[0])],
+                      env(NODES[0]))
     wait_started(head)
-    workers = [as_user_in(n, [f"{venv}/bin/ray", "start", "--address", f"{IP[NODES[0]]}:{port}", *common(n)], env(n))
+    workers = [as_user_in(n, [*in_image(root), "ray", "start", "--address", f"{IP[NODES[0]]}:{port}", *common(n)],
+                          env(n))
                for n in NODES[1:]]
     for w in workers:
         wait_started(w)
-    check = as_user_in(NODES[0], [f"{venv}/bin/python3", "-c", READY_PY, f"{IP[NODES[0]]}:{port}", "3"], env(NODES[0]))
+    check = as_user_in(NODES[0], [*in_image(root), "python3", "-c", READY_PY, f"{IP[NODES[0]]}:{port}", "3"],
+                       env(NODES[0]))
     out, _ = check.communicate(timeout=120)
     if "T_READY" not in out:
         raise SystemExit(f"bare cluster never listed 3 nodes: {out}")
@@ -309,9 +404,16 @@ def bare_cluster(venv):
 
 
 def bare_stop(procs, mark):
+    """SIGTERM to each `ray start --block` inside its container, as to Ray run
+    on the node itself (bwrap, its parent, would die of it and take it along
+    by SIGKILL: --die-with-parent); the seconds until no process of the
+    cluster is left. bwrap ends when its command does."""
     t0 = time.time()
     for p in procs:
-        p.send_signal(signal.SIGTERM)
+        try:
+            os.kill(contained_command(p), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
     while processes_with_env(mark) and time.time() - t0 < 30:
         time.sleep(0.05)
     took = time.time() - t0
@@ -368,43 +470,48 @@ def ready_check_file():
     return path
 
 
-def symmetric_run_script(venv):
+def symmetric_run_script(root):
+    """Ray's `symmetric-run` under srun, as Ray's docs give it; `ray` (and
+    the entrypoint's python3, its child) in the image (in_image_script)."""
     port = 20000 + secrets.randbelow(9000)
+    wrap = in_image_script(root)
     return f"""#!/bin/bash
 echo T_SCRIPT $(date +%s.%N)
-export PATH={venv}/bin:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 AUTOSCALER_UPDATE_INTERVAL_S=1
+export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 AUTOSCALER_UPDATE_INTERVAL_S=1
 # Its workers build a GcsClient outside their retry loop, which gives up after
 # Ray's 5 s connect timeout if the head's GCS is slower than that to come up.
 export RAY_gcs_rpc_server_connect_timeout_s=30
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)
 head_ip=$(getent ahostsv4 "$head" | awk 'NR == 1 {{print $1}}')
-srun --nodes=3 --ntasks-per-node=1 ray symmetric-run --address "$head_ip:{port}" --min-nodes 3 \\
+srun --nodes=3 --ntasks-per-node=1 {wrap} ray symmetric-run --address "$head_ip:{port}" --min-nodes 3 \\
     --num-cpus {node_cpus()} --object-store-memory {512 << 20} -- \\
     python3 {ready_check_file()} "$head_ip:{port}" 3
 """
 
 
-def template_script(venv):
+def template_script(root):
+    """Ray's documented Slurm template (ray/doc/source/cluster/doc_code/slurm-basic.sh),
+    minus GPUs; every `ray` and `python3` in the image (in_image_script)."""
     port = 20000 + secrets.randbelow(9000)
-    # Ray's documented Slurm template (ray/doc/source/cluster/doc_code/slurm-basic.sh), minus GPUs.
+    wrap = in_image_script(root)
     return f"""#!/bin/bash
 echo T_SCRIPT $(date +%s.%N)
-export PATH={venv}/bin:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 AUTOSCALER_UPDATE_INTERVAL_S=1
+export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 AUTOSCALER_UPDATE_INTERVAL_S=1
 nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
 nodes_array=($nodes)
 head_node=${{nodes_array[0]}}
 head_node_ip=$(getent hosts "$head_node" | awk '{{print $1}}')
 ip_head=$head_node_ip:{port}
-srun --nodes=1 --ntasks=1 -w "$head_node" ray start --head --node-ip-address="$head_node_ip" --port={port} \\
+srun --nodes=1 --ntasks=1 -w "$head_node" {wrap} ray start --head --node-ip-address="$head_node_ip" --port={port} \\
     --num-cpus {node_cpus()} --include-dashboard false --temp-dir /tmp/bench-tp{port} --block &
 sleep 10
 worker_num=$((SLURM_JOB_NUM_NODES - 1))
 for ((i = 1; i <= worker_num; i++)); do
     node_i=${{nodes_array[$i]}}
-    srun --nodes=1 --ntasks=1 -w "$node_i" ray start --address "$ip_head" --num-cpus {node_cpus()} --temp-dir /tmp/bench-tp{port} --block &
+    srun --nodes=1 --ntasks=1 -w "$node_i" {wrap} ray start --address "$ip_head" --num-cpus {node_cpus()} --temp-dir /tmp/bench-tp{port} --block &
     sleep 5
 done
-python3 {ready_check_file()} "$ip_head" 3
+{wrap} python3 {ready_check_file()} "$ip_head" 3
 """
 
 
@@ -486,20 +593,22 @@ def busy_cpu_seconds():
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
-def throughput_pair(image, venv, rounds):
+def throughput_pair(image, root, rounds):
     """A syndeo cluster and a bare one, up at once on the same nodes. Their
     drivers take turns, one round of 2,000 tasks at a time, and which side
     goes first alternates: a drift of the machine's speed falls on both
-    alike. Returns, per side, the rates (tasks/s, one per round) and the
-    machine's busy CPU seconds during that side's rounds."""
+    alike. The bare side's cluster and driver run in in_image(root). Returns,
+    per side, the rates (tasks/s, one per round) and the machine's busy CPU
+    seconds during that side's rounds."""
     d = os.path.join(WORK, f"tput-{secrets.token_hex(3)}")
     os.mkdir(d)
     sh(["chown", f"{USER}:{USER}", d])
     script = write_user_file("tput.py", TPUT_PY)
-    _, procs, mark, addr, env = bare_cluster(venv)
+    _, procs, mark, addr, env = bare_cluster(root)
     jid = None
     try:
-        bare = as_user_in(NODES[0], [f"{venv}/bin/python3", script, "bare", d, str(rounds)], dict(env, RAY_ADDRESS=addr))
+        bare = as_user_in(NODES[0], [*in_image(root), "python3", script, "bare", d, str(rounds)],
+                          dict(env, RAY_ADDRESS=addr))
         jid = submit(["-N3", f"--syndeo={image}"], f"#!/bin/bash\nsrun --syndeo -N1 -n1 python3 tput.py syndeo {d} {rounds}\n")
 
         def why_not():
@@ -578,7 +687,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--image", required=True)
     ap.add_argument("--dashboard-image", help="the image with ray[default]: syndeo's ready time with the dashboard on")
-    ap.add_argument("--venv", required=True)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--srun-reps", type=int, default=40)
     # Pairs of clusters (one syndeo, one bare) for throughput, and rounds a
@@ -593,6 +701,9 @@ def main():
     os.makedirs(WORK, exist_ok=True)
     sh(["chown", f"{USER}:{USER}", WORK])
     started = time.time()
+    root = image_root(a.image)
+    peers = peer_versions(root)
+    log(f"bench: the peers run {peers} from {root} (bubblewrap, without syndeo)")
 
     ready = {"syndeo": [], "bare ray start": [], "symmetric-run": [], "sleep template": []}
     if a.dashboard_image:
@@ -605,13 +716,13 @@ def main():
         return r
 
     def run_bare():
-        r, procs, mark, _, _ = bare_cluster(a.venv)
+        r, procs, mark, _, _ = bare_cluster(root)
         teardown_bare.append(bare_stop(procs, mark))
         return r
 
     runs = {"syndeo": run_syndeo, "bare ray start": run_bare,
-            "symmetric-run": lambda: peer_job_ready(symmetric_run_script(a.venv)),
-            "sleep template": lambda: peer_job_ready(template_script(a.venv)),
+            "symmetric-run": lambda: peer_job_ready(symmetric_run_script(root)),
+            "sleep template": lambda: peer_job_ready(template_script(root)),
             "syndeo, dashboard on": lambda: syndeo_ready(a.dashboard_image)[0]}
     order = [side for side in ["bare ray start", "syndeo", "syndeo, dashboard on", "symmetric-run", "sleep template"]
              if side in ready]
@@ -629,7 +740,7 @@ def main():
     cpu = {"syndeo": 0.0, "bare": 0.0}
     pair_ratios = []
     for i in range(a.tput_reps):
-        rates, used = throughput_pair(a.image, a.venv, a.tput_rounds)
+        rates, used = throughput_pair(a.image, root, a.tput_rounds)
         for side in tputs:
             tputs[side] += rates[side]
             cpu[side] += used[side]
@@ -689,6 +800,7 @@ def main():
     ] if start else []) + [
         "",
         "Ready ratios are the median of each repetition's own ratio; the sides ran in alternating order.",
+        f"Every peer ran the image's {peers}, from its root filesystem with bubblewrap, without syndeo.",
         "Every repetition (seconds): " + "; ".join(f"{k}: {', '.join(f'{x:.2f}' for x in v)}" for k, v in ready.items()),
         f"Throughput, syndeo/bare per pair of clusters ({a.tput_reps} pairs of {a.tput_rounds} rounds a side; "
         "each the ratio of the two sides' median rounds): " + ", ".join(f"{x:.2f}" for x in pair_ratios),
@@ -770,25 +882,40 @@ are the result. Benchmarks never fail CI.
   (`tests/image/build --default`): the dashboard, jobs API and metrics agent, which syndeo
   turns on by default when the image has them (what users bring). It runs among the other
   sides, in turn; the ratio is dashboard/plain image per repetition.
-- **bare `ray start`** (the floor): the host venv's `ray start --head --block`, run
-  directly as the user in node1's namespaces. Once it says "Ray runtime started",
+- **The peers' Python and Ray**: every peer (bare `ray start`, symmetric-run, the sleep
+  template, the bare side of throughput) and the ready check run the image's own Python
+  (3.11) and Ray, the files syndeo's container runs, from the image's root filesystem as
+  the user, without syndeo:
+  `bwrap --ro-bind IMAGE / --dev /dev --proc /proc --ro-bind /sys /sys --bind /tmp /tmp
+  --bind /dev/shm /dev/shm --bind /home /home --ro-bind-try F F --setenv PATH
+  /usr/local/bin:/usr/bin:/bin --die-with-parent -- ray …` (or `-- python3 …`), F being
+  each of /etc/passwd, /etc/group, /etc/hosts and /etc/resolv.conf (`in_image` in
+  bench.py; the batch scripts call a wrapper script that runs the same). Everything but
+  the image's files is the node's own: network, PID namespace, /tmp, /dev/shm, /sys,
+  /home. With Apptainer, IMAGE is the directory the SIF was built from (the same files):
+  the peers pay neither Apptainer's start nor reads through squashfuse, which are part
+  of syndeo's cost there (the Apptainer row gives the start). So each ratio compares
+  syndeo with the same interpreter and Ray, whatever Python the nodes have.
+- **bare `ray start`** (the floor): the image's `ray start --head --block`, run in that
+  container as the user in node1's namespaces. Once it says "Ray runtime started",
   `ray start --address` runs on the other nodes in parallel, with syndeo's flags
   (CPUs, object store, ports, temp dir) and token auth. Measured from the first launch
   until a check on node1 (`READY_PY` in bench.py) sees 3 nodes active.
 - **symmetric-run**: a plain 3-node job whose script runs `srun --nodes=3
   --ntasks-per-node=1 ray symmetric-run --address HEAD:PORT --min-nodes 3 -- python3 …`,
-  as Ray's docs say; the entrypoint is the same check. Measured from the script's start
-  to the check's line.
+  as Ray's docs say, `ray` in the image's container; the entrypoint is the same check.
+  Measured from the script's start to the check's line.
 - **sleep template**: Ray's documented sbatch template (head under srun, `sleep 10`, one
-  worker at a time each followed by `sleep 5`), then the same check. Measured from the
-  script's start to the check's line.
+  worker at a time each followed by `sleep 5`), then the same check, every `ray` and
+  `python3` in the image's container. Measured from the script's start to the check's
+  line.
 - **teardown**: syndeo's plugin logs `node clean in N ms` after each node's epilog.
   This covers stopping Ray gracefully, killing what is left, and removing the job's
   directories, and ends when the node's agent is gone (reaped). The minicluster runs
   each slurmd under `tests/cluster/reaper.py`, which reaps orphans at once, as systemd
   does on a real node (this machine's own PID 1 reaps only every ~2 s). Bare Ray is
   measured from SIGTERM to its `ray start --block` processes until no process of that
-  cluster is left.
+  cluster is left (the signal goes to `ray start` inside its container, not to bwrap).
 - **srun cost**: the median of `srun -N1 -n1 true` as a user, with syndeo in plugstack,
   with the snippet moved away, and with an empty plugin in its place
   (`bench/empty_spank.c`: job prolog and epilog hooks that return 0). Nine blocks, each
@@ -817,17 +944,16 @@ are the result. Benchmarks never fail CI.
   each later node's pick scan past all earlier nodes' ports, O(N²) binds (1,024 nodes
   took 15.6 s that way, not 1 s).
 - **throughput**: a syndeo cluster and a bare one run at once on the same nodes. Each
-  has one driver on node1: through `srun --syndeo` in syndeo's container, and from the
-  host venv against the bare cluster. Each driver runs 200 warm-up tasks. Then the two
-  take turns: one round of 2,000 empty `num_cpus=1` tasks, then the other side's round.
-  Which side goes first alternates, so a drift of the machine's speed falls on both
-  alike. The table gives the median round of each side over all pairs. The CPU row is the
-  machine's busy CPU time (`/proc/stat`, all processes) during each side's rounds, per
-  1,000 tasks. The idle other cluster costs both sides the same. The rate moves by about
-  10% from round to round on these shared cores, and by more from one cluster to the
-  next, hence several pairs of fresh clusters. The bare side's Ray runs on the nodes' own
-  Python (3.11 on bookworm, 3.13 on trixie, 3.14 on sid) and syndeo's on the image's
-  (3.11), so on 24.11 and 26.05 the two sides differ by their Python too.
+  has one driver on node1: through `srun --syndeo` in syndeo's container, and in the
+  peers' container (above) against the bare cluster. Each driver runs 200 warm-up tasks.
+  Then the two take turns: one round of 2,000 empty `num_cpus=1` tasks, then the other
+  side's round. Which side goes first alternates, so a drift of the machine's speed
+  falls on both alike. The table gives the median round of each side over all pairs. The
+  CPU row is the machine's busy CPU time (`/proc/stat`, all processes) during each
+  side's rounds, per 1,000 tasks. The idle other cluster costs both sides the same. The
+  rate moves by about 10% from round to round on these shared cores, and by more from
+  one cluster to the next, hence several pairs of fresh clusters. Both sides run the
+  image's Python and Ray.
 """)
 
 
