@@ -343,6 +343,43 @@ def apptainer_start(image, reps):
     return {k: median(v) for k, v in times.items()}
 
 
+# What holding the job's ports costs (SECURITY.md §4): every process of Ray's
+# container loads syndeo's preload library, whose bind() wrapper sets
+# SO_REUSEPORT on a held port. Picking the ports (a bind each, microseconds)
+# is not timed.
+HELD_BIND_PY = """
+import os, socket
+port = int(os.environ["SYNDEO_HELD_PORTS"].split(",")[0])
+s = socket.socket()
+s.bind(("127.0.0.1", port))
+s.close()
+"""
+
+
+def preload_cost(root, reps):
+    """Milliseconds for a Python of the image (in_image, on node1, as the
+    user) to start, bind a held port and exit, with syndeo's preload library
+    in LD_PRELOAD and without, taken in turn; (with, without)."""
+    lib = os.path.join(WORK, "syndeo-preload.so")
+    shutil.copy(f"{mc_state('root').rstrip('/')}/usr/libexec/syndeo/syndeo-preload.so", lib)
+    os.chmod(lib, 0o644)
+    held = ",".join(str(29000 + i) for i in range(9))
+    env = {"PATH": "/usr/bin:/bin", "HOME": f"/home/{USER}", "SYNDEO_HELD_PORTS": held}
+    sides = {"with": dict(env, LD_PRELOAD=lib), "without": env}
+    times = {k: [] for k in sides}
+    for i in range(reps + 2):
+        for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+            t = time.time()
+            p = as_user_in(NODES[0], [*in_image(root), "python3", "-c", HELD_BIND_PY], sides[side])
+            out, _ = p.communicate()
+            if p.returncode != 0:
+                raise SystemExit(f"bench: a held bind ({side} the preload) failed: {out}")
+            if i >= 2:  # the first two of each side warm the page cache
+                times[side].append(time.time() - t)
+    os.unlink(lib)
+    return median(times["with"]), median(times["without"])
+
+
 # ---------------------------------------------------------------- 1. ready
 
 def syndeo_ready(image):
@@ -735,6 +772,8 @@ def main():
     log("bench: srun cost with the plugin, with an empty plugin, and without")
     srun = srun_cost(a.srun_reps, a.empty_plugin)
     with_plugin, without_plugin = srun["with"], srun["without"]
+    log("bench: the preload library's cost to a process of Ray's container")
+    held_with, held_without = preload_cost(root, a.srun_reps)
     log("bench: task throughput")
     tputs = {"syndeo": [], "bare": []}
     cpu = {"syndeo": 0.0, "bare": 0.0}
@@ -788,6 +827,9 @@ def main():
         f"| `srun -N1 true`, syndeo vs an empty plugin with job prolog/epilog hooks | {with_plugin * 1000:.0f} ms | "
         f"{srun['empty'] * 1000:.0f} ms | syndeo/empty {with_plugin / srun['empty']:.3f} (empty/without "
         f"{srun['empty'] / without_plugin:.3f}) |",
+        f"| a process in the image starts, binds a held port and exits: with syndeo's preload library (port "
+        f"holding) vs without | {held_with * 1000:.0f} ms | {held_without * 1000:.0f} ms | "
+        f"with/without {held_with / held_without:.3f} |",
         f"| Ray task throughput, rounds of 2,000 tasks taken in turn (syndeo container vs bare) | "
         f"{tput_syndeo:.0f}/s | {tput_bare:.0f}/s | syndeo/bare {tput_syndeo / tput_bare:.2f} |",
         f"| CPU per 1,000 of those tasks, whole machine | {cpu_syndeo:.2f} s | {cpu_bare:.2f} s | "
@@ -930,6 +972,14 @@ are the result. Benchmarks never fail CI.
   about 0.3 ms here, against 0.06 ms for the empty plugin; 0.2 ms of that is libgcc_s,
   the unwinder Rust's standard library needs, which Slurm's processes do not otherwise
   load.
+- **port holding's cost**: syndeo holds every port it names for Ray (SECURITY.md §4), and
+  each process of Ray's container loads syndeo's preload library, whose `bind()` wrapper
+  sets `SO_REUSEPORT` on a held port. The row times a Python of the image (the peers'
+  container, node1, as the user) that starts, binds a port listed in
+  `SYNDEO_HELD_PORTS` and exits, with the library in `LD_PRELOAD` and without, taken in
+  turn (the first two of each not counted): what holding adds to every process Ray
+  starts. Picking the ports (one `bind()` each, microseconds) is not timed; the ready
+  rows include all of it.
 - **Apptainer's start** (with Apptainer only): `apptainer --quiet exec --contain IMAGE
   /bin/true` as the user in node1's namespaces, from the SIF and from the sandbox directory
   it was built from, and a bare `/bin/true` the same way, taken in turn; the first two of
