@@ -10,10 +10,10 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use tonic::transport::Channel;
 use tracing::info;
 
-use super::mesh::{self, pb::join_reply::Role as PbRole, pb::mesh_client::MeshClient};
+use super::cluster::{JoinAnswer, PeerRole};
+use super::mesh::{self, Peer};
 use super::state::{Role, Shared};
 
 /// Where `node`'s agent listens: Slurm's NodeAddr for it (which root bound
@@ -47,7 +47,7 @@ pub async fn elect(
     round: Instant,
     give_up: Instant,
     passed: &mut BTreeSet<String>,
-) -> Result<(Role, Option<MeshClient<Channel>>)> {
+) -> Result<(Role, Option<Peer>)> {
     let spec = &shared.spec;
     let head_timeout = Duration::from_secs(spec.config.head_timeout);
     // A node passed over itself (it stepped down, or its agent was
@@ -82,26 +82,26 @@ pub async fn elect(
         } {
             // Rejoining (after a restart, or a step down): the cluster may
             // have failed meanwhile, and then no head will come.
-            Some((_, reply)) if out && !reply.failed.is_empty() => {
-                bail!("{}", reply.failed)
+            Some((_, JoinAnswer { failed: Some(failed), .. })) if out => {
+                bail!("{failed}")
             }
-            Some((client, reply)) => match reply.role() {
-                PbRole::Head => {
+            Some((peer, reply)) => match reply.role {
+                PeerRole::Head => {
                     info!(head = %node, "following head");
-                    return Ok((Role::Follower(node.clone()), Some(client)));
+                    return Ok((Role::Follower(node.clone()), Some(peer)));
                 }
-                PbRole::Follower => match candidates.iter().position(|&c| spec.nodes[c] == reply.head_node) {
-                    Some(h) if !passed.contains(&reply.head_node) => k = h,
+                PeerRole::Follower(head) => match candidates.iter().position(|&c| spec.nodes[c] == head) {
+                    Some(h) if !passed.contains(&head) => k = h,
                     // It follows a head that dropped out (and will elect
                     // again), or a higher-ranked node: ask again shortly.
                     _ => tokio::time::sleep(Duration::from_millis(100)).await,
                 },
-                PbRole::SteppedDown => {
+                PeerRole::SteppedDown => {
                     info!(node = %node, "its Ray failed as head; passing over it");
                     passed.insert(node.clone());
                     k += 1;
                 }
-                PbRole::Undecided => tokio::time::sleep(Duration::from_millis(50)).await,
+                PeerRole::Undecided => tokio::time::sleep(Duration::from_millis(50)).await,
             },
             None if Instant::now() >= window_end => {
                 info!(node = %node, "no answer within its window; passing over it");

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use super::cluster::Phase;
 use super::election::address_of;
 use super::launcher::Event;
-use super::mesh::{self, pb::cluster_view::Phase};
+use super::mesh;
 use super::node_ray::{job_notice, start_ray, started, StartFailure};
 use super::part::{Dropped, End, Prepared};
 use super::ports;
@@ -133,11 +134,10 @@ async fn take_office(shared: &Shared, ip: IpAddr, ports: &NodePorts, dropped: &D
     let job = shared.launcher.slurm_job(spec.cluster()).await;
     let head_ports = HeadPorts::pick(spec, ports).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
     publish(shared, |v| {
-        v.set_phase(Phase::Starting);
+        v.phase = Phase::Starting;
         v.head_node = spec.node.clone();
         v.gcs_address.clear();
         v.ready_nodes.clear();
-        v.message.clear();
         v.ray_token = token;
         v.memory_mb = job.memory_mb.into_iter().collect();
         v.job_stderr = job.stderr.unwrap_or_default();
@@ -177,7 +177,7 @@ async fn start_head(
             None => v.dashboard_url = format!("http://{ip}:{}", head_ports.dashboard),
             Some(why) => v.dashboard_note = why.clone(),
         }
-        v.set_phase(Phase::HeadReady);
+        v.phase = Phase::HeadReady;
     });
     view::recount(shared).await;
     Ok(())
@@ -265,9 +265,8 @@ fn fail(shared: &Shared, msg: String) -> End {
 fn step_down(shared: &Shared, why: String) -> End {
     warn!("stepping down as head: {why}");
     publish(shared, |v| {
-        v.set_phase(Phase::Reelect);
+        v.phase = Phase::Reelect(why.clone());
         v.gcs_address.clear();
-        v.message = why.clone();
     });
     End::Reelect { head: shared.spec.node.clone(), lost: false, why }
 }
@@ -276,7 +275,7 @@ fn step_down(shared: &Shared, why: String) -> End {
 async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
     tokio::time::sleep_until(deadline.into()).await;
     let reports = shared.reports.lock().await;
-    let phase = shared.view.borrow().phase();
+    let phase = shared.view.borrow().phase.clone();
     if !matches!(phase, Phase::Starting | Phase::HeadReady) {
         return;
     }
@@ -302,7 +301,7 @@ async fn watch_own_ray(shared: &Shared, mut events: mpsc::Receiver<Event>) -> En
     while let Some(ev) = events.recv().await {
         if matches!(ev, Event::Died | Event::Exited) {
             let (node, tail) = (&shared.spec.node, ray::log_tail(&shared.spec, 3));
-            if shared.view.borrow().phase() != Phase::Ready {
+            if shared.view.borrow().phase != Phase::Ready {
                 return step_down(shared, format!("the Ray head on {node} ended: {tail}"));
             }
             warn!("this node's Ray ended while the job ran");

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use super::cluster::{ClusterView, NodeState};
 use super::election::{elect, resolve};
 use super::mesh;
-use super::mesh::pb::ClusterView;
 use super::node_ray::{launch, stop_ray};
 use super::part::{Dropped, End, Prepared};
-use super::state::{NodeState, Role, Shared};
+use super::state::{Role, Shared};
 use super::view::publish_failure;
 use super::{head, worker};
 use crate::fault::Fault;

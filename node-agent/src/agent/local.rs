@@ -12,8 +12,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::warn;
 
+use super::cluster::NodeState;
 use super::ray;
-use super::state::{NodeState, Shared};
+use super::state::Shared;
 use crate::runtime::ContainerSpec;
 
 pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {

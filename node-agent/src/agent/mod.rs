@@ -8,6 +8,7 @@
 //! `worker`; those use `node_ray` (this node's Ray, through the `launcher`
 //! seam: `container` in production) and `view` (the cluster view). `mesh`
 //! and `local` serve RPCs from `state` and `view`, never from the roles.
+mod cluster;
 mod container;
 mod driver_hook;
 mod election;
@@ -36,8 +37,9 @@ use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::info;
 
+pub use cluster::NodeState;
 pub use container::{ContainerLauncher, LAUNCHER_SCRIPT};
-pub use state::{NodeState, Role, Shared};
+pub use state::{Role, Shared};
 
 use crate::job::JobState;
 

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cluster::NodeState;
 use super::launcher::Launcher;
 use super::lifecycle;
 use super::mesh::counters;
-use super::state::{NodeState, Shared};
+use super::state::Shared;
 use crate::config::PortRange;
 use crate::job::simulated_spec;
 

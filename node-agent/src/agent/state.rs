@@ -7,8 +7,8 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{watch, Mutex};
 
+use super::cluster::{ClusterView, NodeState};
 use super::launcher::{Launcher, RayNode};
-use super::mesh::pb::ClusterView;
 use super::mesh::tls::MeshTls;
 use crate::fault::Fault;
 use crate::job::JobSpec;
@@ -37,14 +37,6 @@ impl Role {
     }
 }
 
-/// This node's state as the job's steps see it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum NodeState {
-    Starting(String),
-    Ready,
-    Failed(String),
-}
-
 pub struct Shared {
     pub spec: JobSpec,
     pub runtime: Box<dyn ContainerRuntime>,
@@ -56,7 +48,7 @@ pub struct Shared {
     pub role: watch::Sender<Role>,
     pub view: watch::Sender<ClusterView>,
     /// Head only: what the workers' Watch streams carry, the view without its
-    /// per-node lists (see `ClusterView.ready_hostlist`); it changes only
+    /// per-node lists (see `ClusterView::ready_hostlist`); it changes only
     /// when the phase or the cluster's addresses do, a few times per job.
     pub broadcast: watch::Sender<ClusterView>,
     pub node_state: watch::Sender<NodeState>,

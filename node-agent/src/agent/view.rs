@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use super::mesh::pb::{cluster_view::Phase, ClusterView};
-use super::state::{NodeState, Role, Shared};
+use super::cluster::{ClusterView, NodeState, Phase};
+use super::state::{Role, Shared};
 
 /// Changes the view, sends the workers' copy if it changed, and derives this
 /// node's state from it.
@@ -23,21 +23,17 @@ pub fn publish(shared: &Shared, f: impl FnOnce(&mut ClusterView)) {
 
 /// The cluster failed: the view says so, with why.
 pub fn publish_failure(shared: &Shared, msg: &str) {
-    publish(shared, |v| {
-        v.set_phase(Phase::Failed);
-        v.message = msg.to_string();
-    });
+    publish(shared, |v| v.phase = Phase::Failed(msg.to_string()));
 }
 
 /// The view as workers receive it: no per-node lists, and the ready nodes
 /// as one hostlist expression once the cluster is ready.
 pub fn broadcast_view(v: &ClusterView) -> ClusterView {
-    let ready = v.phase() == Phase::Ready;
+    let ready = v.phase == Phase::Ready;
     ClusterView {
-        phase: v.phase,
+        phase: v.phase.clone(),
         head_node: v.head_node.clone(),
         gcs_address: v.gcs_address.clone(),
-        message: v.message.clone(),
         ready_nodes: Vec::new(),
         dashboard_url: v.dashboard_url.clone(),
         dashboard_note: v.dashboard_note.clone(),
@@ -53,8 +49,8 @@ pub fn sync_node_state(shared: &Shared) {
     let state = {
         let v = shared.view.borrow();
         let node = &shared.spec.node;
-        match v.phase() {
-            Phase::Failed => NodeState::Failed(v.message.clone()),
+        match &v.phase {
+            Phase::Failed(m) => NodeState::Failed(m.clone()),
             // A worker knows it joined (it told the head); the head has the list.
             Phase::Ready if shared.has_joined() || v.ready_nodes.contains(node) => NodeState::Ready,
             Phase::Ready => NodeState::Starting(format!("the cluster is ready; {node}'s Ray has not joined it yet")),
@@ -64,7 +60,7 @@ pub fn sync_node_state(shared: &Shared) {
             }
             Phase::HeadReady => NodeState::Starting("the head is up; this node's Ray is joining it".into()),
             Phase::Starting => NodeState::Starting("the head is starting Ray".into()),
-            Phase::Reelect => NodeState::Starting(format!("electing another head: {}", v.message)),
+            Phase::Reelect(why) => NodeState::Starting(format!("electing another head: {why}")),
         }
     };
     match state {
@@ -102,8 +98,8 @@ fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>)
         return;
     }
     let spec = &shared.spec;
-    let phase = shared.view.borrow().phase();
-    if matches!(phase, Phase::Failed | Phase::Starting | Phase::Reelect) {
+    let phase = shared.view.borrow().phase.clone();
+    if matches!(phase, Phase::Failed(_) | Phase::Starting | Phase::Reelect(_)) {
         return;
     }
     let joined = joined(reports);
@@ -121,7 +117,7 @@ fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>)
             .collect();
         publish(shared, |v| {
             v.ready_nodes = ready;
-            v.set_phase(Phase::Ready);
+            v.phase = Phase::Ready;
         });
     } else if spec.nodes.len() - failed < spec.min_nodes() {
         let why: Vec<String> =
@@ -137,16 +133,15 @@ mod tests {
     use super::*;
 
     fn view(phase: Phase, nodes: usize) -> ClusterView {
-        let mut v = ClusterView {
+        ClusterView {
+            phase,
             head_node: "node0001".into(),
             gcs_address: "10.0.0.1:6379".into(),
             ray_token: "t".into(),
             ready_nodes: (1..=nodes).map(|i| format!("node{i:04}")).collect(),
             memory_mb: (1..=nodes).map(|i| (format!("node{i:04}"), 4096)).collect(),
             ..Default::default()
-        };
-        v.set_phase(phase);
-        v
+        }
     }
 
     /// What a worker receives costs the same for 4,096 nodes as for 4: no

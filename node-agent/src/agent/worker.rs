@@ -8,18 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
-use tonic::Streaming;
 use tracing::{info, warn};
 
+use super::cluster::{ClusterView, NodeState, Phase};
 use super::election::address_of;
 use super::launcher::Event;
-use super::mesh;
-use super::mesh::pb::{cluster_view::Phase, mesh_client::MeshClient, ClusterView, NodeReport, WatchRequest};
+use super::mesh::{self, Peer, Views, WatchRefused};
 use super::node_ray::{job_notice, launch, start_ray, stop_ray};
 use super::part::{End, Prepared};
 use super::ray::{self, NodePorts};
-use super::state::{NodeState, Role, Shared};
+use super::state::{Role, Shared};
 use super::view::sync_node_state;
 
 /// How long a worker whose Ray failed before the cluster was ready waits to
@@ -31,7 +29,7 @@ const HEAD_NEWS_GRACE: Duration = Duration::from_secs(3);
 struct Worker<'a> {
     shared: &'a Arc<Shared>,
     ip: IpAddr,
-    head: MeshClient<Channel>,
+    head: Peer,
     head_node: String,
     events: mpsc::Receiver<Event>,
     ports: NodePorts,
@@ -41,28 +39,22 @@ struct Worker<'a> {
     restarts: u32,
 }
 
-pub async fn run(
-    shared: &Arc<Shared>,
-    ip: IpAddr,
-    mut head: MeshClient<Channel>,
-    head_node: String,
-    prepared: Prepared,
-) -> End {
+pub async fn run(shared: &Arc<Shared>, ip: IpAddr, mut head: Peer, head_node: String, prepared: Prepared) -> End {
     let (events, ports) = match prepared {
         Ok(p) => p,
         Err(f) => {
-            let _ = head.report(report(shared, false, f.to_string())).await;
+            let _ = head.report(&Err(f.to_string())).await;
             return f.into();
         }
     };
-    let mut stream = match open_watch(shared, &mut head, &head_node).await {
+    let mut stream = match open_watch(&mut head, &head_node).await {
         Ok(s) => s,
         Err(end) => return end,
     };
     let mut w = Worker { shared, ip, head, head_node, events, ports, sent: false, restarts: 0 };
     loop {
         tokio::select! {
-            msg = stream.message() => {
+            msg = stream.next() => {
                 if let Some(end) = w.on_view(msg).await {
                     return end;
                 }
@@ -95,8 +87,8 @@ pub async fn leave(shared: &Shared) {
     };
     let tell = async {
         let ip = address_of(&shared.spec, &head).await?;
-        let (mut client, _) = mesh::join(shared, ip).await?;
-        client.report(report(shared, false, message)).await.ok()
+        let (mut head, _) = mesh::join(shared, ip).await?;
+        head.report(&Err(message)).await.ok()
     };
     match tokio::time::timeout(Duration::from_secs(3), tell).await {
         Ok(Some(_)) => info!(head = %head, "told the head this node leaves before the cluster was ready"),
@@ -104,33 +96,23 @@ pub async fn leave(shared: &Shared) {
     }
 }
 
-fn report(shared: &Shared, ok: bool, message: String) -> NodeReport {
-    let spec = &shared.spec;
-    NodeReport { job_id: spec.cluster(), node: spec.node.clone(), ok, message }
-}
-
 /// The head's stream of cluster views.
-async fn open_watch(
-    shared: &Shared,
-    head: &mut MeshClient<Channel>,
-    head_node: &str,
-) -> Result<Streaming<ClusterView>, End> {
-    let req = WatchRequest { job_id: shared.spec.cluster(), node: shared.spec.node.clone() };
-    match head.watch(req).await {
-        Ok(s) => Ok(s.into_inner()),
+async fn open_watch(head: &mut Peer, head_node: &str) -> Result<Views, End> {
+    match head.watch().await {
+        Ok(s) => Ok(s),
         // It was head when we asked, and no longer is: elect again.
-        Err(e) if e.code() == tonic::Code::FailedPrecondition => {
+        Err(WatchRefused::NotHead) => {
             Err(End::Reelect { head: head_node.to_string(), lost: false, why: "it stepped down".into() })
         }
-        Err(e) => Err(End::Failed(format!("cannot watch the head node {head_node}: {}", e.message()))),
+        Err(WatchRefused::Failed(e)) => Err(End::Failed(format!("cannot watch the head node {head_node}: {e}"))),
     }
 }
 
 impl Worker<'_> {
     /// A view from the head (or the stream's end): mirror it, and start this
     /// node's Ray once the head's GCS is up.
-    async fn on_view(&mut self, msg: Result<Option<ClusterView>, tonic::Status>) -> Option<End> {
-        let Ok(Some(v)) = msg else {
+    async fn on_view(&mut self, msg: Option<ClusterView>) -> Option<End> {
+        let Some(v) = msg else {
             return Some(lost_head(self.shared, &self.head_node, "its agent stopped answering"));
         };
         if let Some(end) = follow(self.shared, &self.head_node, v) {
@@ -144,7 +126,7 @@ impl Worker<'_> {
     }
 
     /// An event of this node's launcher, once `ray start` was sent.
-    async fn on_event(&mut self, ev: Option<Event>, stream: &mut Streaming<ClusterView>) -> Option<End> {
+    async fn on_event(&mut self, ev: Option<Event>, stream: &mut Views) -> Option<End> {
         let spec = &self.shared.spec;
         let joined = self.shared.has_joined();
         let failure = match ev {
@@ -180,8 +162,8 @@ impl Worker<'_> {
                 spec.node, self.restarts, spec.config.ray_restarts
             ));
         }
-        if let Err(e) = self.head.report(report(shared, true, String::new())).await {
-            return Some(lost_head(shared, &self.head_node, e.message()));
+        if let Err(e) = self.head.report(&Ok(())).await {
+            return Some(lost_head(shared, &self.head_node, &e));
         }
         shared.set_joined(true);
         sync_node_state(shared);
@@ -213,13 +195,13 @@ impl Worker<'_> {
     /// This node's Ray could not join. Before the cluster is ready, the
     /// cause may be the head's Ray going away: then this is the head's news,
     /// not ours. Otherwise the head hears of it.
-    async fn failed(&mut self, failure: String, stream: &mut Streaming<ClusterView>) -> End {
+    async fn failed(&mut self, failure: String, stream: &mut Views) -> End {
         let shared = self.shared;
-        if shared.view.borrow().phase() != Phase::Ready {
+        if shared.view.borrow().phase != Phase::Ready {
             let news = async {
                 loop {
-                    match stream.message().await {
-                        Ok(Some(v)) => {
+                    match stream.next().await {
+                        Some(v) => {
                             if let Some(end) = follow(shared, &self.head_node, v) {
                                 return end;
                             }
@@ -232,7 +214,7 @@ impl Worker<'_> {
                 return end;
             }
         }
-        let _ = self.head.report(report(shared, false, failure.clone())).await;
+        let _ = self.head.report(&Err(failure.clone())).await;
         End::Failed(failure)
     }
 }
@@ -240,20 +222,27 @@ impl Worker<'_> {
 /// Mirrors a view from the head; Some when it ends this worker's part: the
 /// cluster failed, or the head stepped down (or another node took over).
 fn follow(shared: &Shared, head_node: &str, v: ClusterView) -> Option<End> {
-    let (phase, from) = (v.phase(), v.head_node.clone());
-    if phase == Phase::Reelect || (!from.is_empty() && from != head_node) {
-        let why = if v.message.is_empty() { "it stepped down".to_string() } else { v.message.clone() };
+    let reelect = matches!(v.phase, Phase::Reelect(_));
+    if reelect || (!v.head_node.is_empty() && v.head_node != head_node) {
+        let why = match v.phase.message() {
+            "" => "it stepped down".to_string(),
+            m => m.to_string(),
+        };
         return Some(End::Reelect { head: head_node.to_string(), lost: false, why });
     }
+    let failed = match &v.phase {
+        Phase::Failed(m) => Some(m.clone()),
+        _ => None,
+    };
     shared.view.send_replace(v);
     sync_node_state(shared);
-    (phase == Phase::Failed).then(|| End::Failed(shared.view.borrow().message.clone()))
+    failed.map(End::Failed)
 }
 
 /// The head's agent stopped answering: before the cluster is ready, the
 /// others elect again without it; after, the job's cluster is gone.
 fn lost_head(shared: &Shared, head_node: &str, why: &str) -> End {
-    if shared.view.borrow().phase() == Phase::Ready {
+    if shared.view.borrow().phase == Phase::Ready {
         return End::Failed(format!("lost contact with the head node {head_node}'s agent"));
     }
     End::Reelect { head: head_node.to_string(), lost: true, why: why.to_string() }
@@ -315,7 +304,10 @@ mod tests {
         );
 
         leave(&head).await;
-        assert_eq!(head.view.borrow().phase(), Phase::Failed, "the head itself stopping fails the cluster");
-        assert!(head.view.borrow().message.contains("Slurm is ending the job on 127.0.0.8"));
+        let phase = head.view.borrow().phase.clone();
+        assert!(
+            matches!(&phase, Phase::Failed(m) if m.contains("Slurm is ending the job on 127.0.0.8")),
+            "the head itself stopping fails the cluster: {phase:?}"
+        );
     }
 }

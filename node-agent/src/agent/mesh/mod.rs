@@ -10,6 +10,7 @@
 pub mod admit;
 pub mod counters;
 pub mod tls;
+mod wire;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -25,18 +26,19 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_stream::wrappers::{ReceiverStream, WatchStream};
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
 
-use super::state::{NodeState, Role, Shared};
+use super::cluster::{ClusterView, JoinAnswer, NodeState, PeerRole};
+use super::state::{Role, Shared};
 use super::view;
 use tls::MeshTls;
 
-pub mod pb {
+/// The generated protobuf types: only `mesh/` uses them (`wire.rs` converts).
+mod pb {
     tonic::include_proto!("syndeo.mesh");
 }
 
-use pb::join_reply::Role as PbRole;
 use pb::mesh_client::MeshClient;
 use pb::mesh_server::{Mesh, MeshServer};
 
@@ -109,17 +111,17 @@ impl Mesh for MeshService {
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
         let r = req.get_ref();
         self.check(r.job_id, &r.node)?;
-        let (role, head_node) = match &*self.shared.role.borrow() {
-            Role::Undecided => (PbRole::Undecided, String::new()),
-            Role::Head => (PbRole::Head, self.shared.spec.node.clone()),
-            Role::Follower(h) => (PbRole::Follower, h.clone()),
-            Role::SteppedDown => (PbRole::SteppedDown, String::new()),
+        let role = match &*self.shared.role.borrow() {
+            Role::Undecided => PeerRole::Undecided,
+            Role::Head => PeerRole::Head,
+            Role::Follower(h) => PeerRole::Follower(h.clone()),
+            Role::SteppedDown => PeerRole::SteppedDown,
         };
         let failed = match &*self.shared.node_state.borrow() {
-            NodeState::Failed(m) => m.clone(),
-            _ => String::new(),
+            NodeState::Failed(m) => Some(m.clone()),
+            _ => None,
         };
-        Ok(Response::new(pb::JoinReply { role: role as i32, head_node, failed }))
+        Ok(Response::new(wire::encode_join(&JoinAnswer { role, failed }, &self.shared.spec.node)))
     }
 
     type WatchStream = ViewStream;
@@ -132,8 +134,9 @@ impl Mesh for MeshService {
         }
         // Each worker gets its own memory entry (from the head's full view).
         let (shared, node) = (self.shared.clone(), r.node.clone());
-        let s = WatchStream::new(self.shared.broadcast.subscribe()).map(move |mut v| {
+        let s = WatchStream::new(self.shared.broadcast.subscribe()).map(move |v| {
             counters::view_sent();
+            let mut v = pb::ClusterView::from(&v);
             if let Some(&mb) = shared.view.borrow().memory_mb.get(&node) {
                 v.memory_mb.insert(node.clone(), mb);
             }
@@ -149,8 +152,8 @@ impl Mesh for MeshService {
             return Err(Status::invalid_argument("node is not in this job"));
         }
         info!(node = %r.node, ok = r.ok, message = %r.message, "worker report");
-        let result = if r.ok { Ok(()) } else { Err(r.message) };
-        view::record_report(&self.shared, r.node, result).await;
+        let (node, result) = wire::decode_report(r);
+        view::record_report(&self.shared, node, result).await;
         Ok(Response::new(pb::ReportAck {}))
     }
 }
@@ -183,15 +186,62 @@ pub async fn connect(shared: &Shared, addr: SocketAddr) -> Option<MeshClient<Cha
 /// Asks the job's agent on `ip` who the head is, trying the job's ports in
 /// order. None: no agent of this job answers there (yet); a port held by
 /// anything else (another job's agent, another service) fails the handshake.
-pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(MeshClient<Channel>, pb::JoinReply)> {
+pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(Peer, JoinAnswer)> {
+    let (job_id, node) = (shared.spec.cluster(), shared.spec.node.clone());
     for port in shared.spec.mesh_ports() {
         let Some(mut client) = connect(shared, SocketAddr::new(ip, port)).await else { continue };
-        let req = pb::JoinRequest { job_id: shared.spec.cluster(), node: shared.spec.node.clone() };
+        let req = pb::JoinRequest { job_id, node: node.clone() };
         if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(2), client.join(req)).await {
-            return Some((client, reply.into_inner()));
+            return Some((Peer { client, job_id, node }, wire::decode_join(reply.into_inner())));
         }
     }
     None
+}
+
+/// This agent's connection to a peer's agent (a worker's, to its head),
+/// made by `join`.
+pub struct Peer {
+    client: MeshClient<Channel>,
+    /// This agent's job and node, which its calls carry.
+    job_id: u32,
+    node: String,
+}
+
+/// Why the head did not give its stream of cluster views.
+pub enum WatchRefused {
+    /// It was head when asked, and no longer is.
+    NotHead,
+    /// Anything else: what the call said.
+    Failed(String),
+}
+
+impl Peer {
+    /// The head's stream of cluster views.
+    pub async fn watch(&mut self) -> Result<Views, WatchRefused> {
+        let req = pb::WatchRequest { job_id: self.job_id, node: self.node.clone() };
+        match self.client.watch(req).await {
+            Ok(s) => Ok(Views(s.into_inner())),
+            Err(e) if e.code() == tonic::Code::FailedPrecondition => Err(WatchRefused::NotHead),
+            Err(e) => Err(WatchRefused::Failed(e.message().to_string())),
+        }
+    }
+
+    /// Tells the head this node's Ray joined (Ok) or why it could not; Err:
+    /// why the call failed.
+    pub async fn report(&mut self, result: &Result<(), String>) -> Result<(), String> {
+        let r = wire::encode_report(self.job_id, &self.node, result);
+        self.client.report(r).await.map(|_| ()).map_err(|e| e.message().to_string())
+    }
+}
+
+/// The head's cluster views, as it sends them.
+pub struct Views(Streaming<pb::ClusterView>);
+
+impl Views {
+    /// The next view; None when the stream ended or broke.
+    pub async fn next(&mut self) -> Option<ClusterView> {
+        self.0.message().await.ok().flatten().map(ClusterView::from)
+    }
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ async fn the_jobs_own_agents_talk_and_an_agent_with_another_jobs_key_gets_nothin
     let member = agent(7, 1, "job-7-secret");
     let mut client = connect(&member, addr).await.expect("the job's own agent connects");
     let reply = client.join(pb::JoinRequest { job_id: 7, node: "n2".into() }).await.unwrap();
-    assert_eq!(reply.into_inner().role(), PbRole::Head);
+    assert_eq!(reply.into_inner().role(), pb::join_reply::Role::Head);
     client.report(report(true)).await.unwrap();
     assert_eq!(head.reports.lock().await.get("n2"), Some(&Ok(())));
 }
