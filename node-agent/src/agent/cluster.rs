@@ -3,7 +3,15 @@
 //! job's steps see it, and a peer's answer to Join. Plain data: `view.rs`
 //! derives and publishes it, and only the mesh (`mesh/wire.rs`) knows its
 //! form on the wire.
+//!
+//! A failure stays a typed `Fault` until it becomes a step's message or the
+//! mesh's: `Fault::Node` for what a node's admins must mend (said with
+//! "node fault:"), `Fault::User` for everything else, said as is: the user's
+//! mistake, or what befell the job's cluster (a timeout, lost nodes, the job
+//! ending, several nodes' failures summed up with their own kinds in the text).
 use std::collections::BTreeMap;
+
+use crate::fault::Fault;
 
 /// The cluster's phase, as the head publishes it; each phase carries what
 /// only it has.
@@ -17,20 +25,10 @@ pub enum Phase {
     /// Enough nodes joined.
     Ready,
     /// The cluster failed, and why.
-    Failed(String),
+    Failed(Fault),
     /// The head's Ray failed before the cluster was ready (and why): the
     /// others elect another head without it; it rejoins as a worker.
     Reelect(String),
-}
-
-impl Phase {
-    /// What a failed or abandoned phase says; empty for the others.
-    pub fn message(&self) -> &str {
-        match self {
-            Phase::Failed(m) | Phase::Reelect(m) => m,
-            Phase::Starting | Phase::HeadReady | Phase::Ready => "",
-        }
-    }
 }
 
 /// The head's account of the cluster: authoritative on the head, a mirror
@@ -62,7 +60,7 @@ pub struct ClusterView {
 pub enum NodeState {
     Starting(String),
     Ready,
-    Failed(String),
+    Failed(Fault),
 }
 
 /// A peer's part in the election, as its agent answers Join.
@@ -84,5 +82,5 @@ pub struct JoinAnswer {
     pub role: PeerRole,
     /// Set when the job's cluster failed on that node: why. An agent that
     /// rejoins after a restart fails with it, instead of waiting for a head.
-    pub failed: Option<String>,
+    pub failed: Option<Fault>,
 }

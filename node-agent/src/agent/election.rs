@@ -9,12 +9,13 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use tracing::info;
 
 use super::cluster::{JoinAnswer, PeerRole};
 use super::mesh::{self, Peer};
 use super::state::{Role, Shared};
+use crate::fault::Fault;
 
 /// Where `node`'s agent listens: Slurm's NodeAddr for it (which root bound
 /// the mesh socket on), else whatever its name resolves to.
@@ -47,7 +48,7 @@ pub async fn elect(
     round: Instant,
     give_up: Instant,
     passed: &mut BTreeSet<String>,
-) -> Result<(Role, Option<Peer>)> {
+) -> Result<(Role, Option<Peer>), Fault> {
     let spec = &shared.spec;
     let head_timeout = Duration::from_secs(spec.config.head_timeout);
     // A node passed over itself (it stepped down, or its agent was
@@ -58,7 +59,8 @@ pub async fn elect(
     let mut k = 0usize;
     loop {
         if Instant::now() > give_up {
-            bail!("no head was found within the start-up timeout ({} s)", spec.config.startup_timeout);
+            let timeout = spec.config.startup_timeout;
+            return Err(Fault::user(format!("no head was found within the start-up timeout ({timeout} s)")));
         }
         if k >= candidates.len() {
             if !out {
@@ -82,9 +84,7 @@ pub async fn elect(
         } {
             // Rejoining (after a restart, or a step down): the cluster may
             // have failed meanwhile, and then no head will come.
-            Some((_, JoinAnswer { failed: Some(failed), .. })) if out => {
-                bail!("{failed}")
-            }
+            Some((_, JoinAnswer { failed: Some(failed), .. })) if out => return Err(failed),
             Some((peer, reply)) => match reply.role {
                 PeerRole::Head => {
                     info!(head = %node, "following head");

@@ -19,11 +19,13 @@ use super::ports;
 use super::ray::{self, HeadPorts, NodePorts};
 use super::state::Shared;
 use super::view::{self, publish, publish_failure};
+use crate::fault::Fault;
 
 pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Instant, dropped: &Dropped) -> End {
     let (mut events, ports) = match prepared {
         Ok(p) => p,
-        Err(f) => return fail(shared, format!("{} (head): {f}", shared.spec.node)),
+        // The cluster's message names the node before what its fault says.
+        Err(f) => return fail(shared, Fault::user(format!("{} (head): {f}", shared.spec.node))),
     };
     if let Err(end) = count_lost_nodes(shared, dropped).await {
         return end;
@@ -80,7 +82,10 @@ async fn count_lost_nodes(shared: &Shared, dropped: &Dropped) -> Result<(), End>
     }
     let mut reports = shared.reports.lock().await;
     for (n, why) in &lost {
-        reports.insert(n.to_string(), Err(format!("its agent was lost before the cluster was ready ({why})")));
+        reports.insert(
+            n.to_string(),
+            Err(Fault::user(format!("its agent was lost before the cluster was ready ({why})"))),
+        );
     }
     drop(reports);
     if spec.nodes.len() - lost.len() >= spec.min_nodes() {
@@ -89,13 +94,13 @@ async fn count_lost_nodes(shared: &Shared, dropped: &Dropped) -> Result<(), End>
     let each: Vec<String> = lost.iter().map(|(n, why)| format!("{n}: {why}")).collect();
     Err(fail(
         shared,
-        format!(
+        Fault::user(format!(
             "only {} of the job's {} nodes are left and the cluster needs {} (min_nodes): {}",
             spec.nodes.len() - lost.len(),
             spec.nodes.len(),
             spec.min_nodes(),
             each.join("; ")
-        ),
+        )),
     ))
 }
 
@@ -130,9 +135,11 @@ async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>
 /// a notice in the job's stderr for each head that dropped out before.
 async fn take_office(shared: &Shared, ip: IpAddr, ports: &NodePorts, dropped: &Dropped) -> Result<HeadPorts, End> {
     let spec = &shared.spec;
-    let token = crate::secret::random_token().map_err(|e| fail(shared, format!("node fault: no random token: {e}")))?;
+    let token =
+        crate::secret::random_token().map_err(|e| fail(shared, Fault::node(format!("no random token: {e}"))))?;
     let job = shared.launcher.slurm_job(spec.cluster()).await;
-    let head_ports = HeadPorts::pick(spec, ports).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
+    let head_ports =
+        HeadPorts::pick(spec, ports).map_err(|e| fail(shared, Fault::user(format!("no free port on {ip}: {e}"))))?;
     publish(shared, |v| {
         v.phase = Phase::Starting;
         v.head_node = spec.node.clone();
@@ -166,9 +173,9 @@ async fn start_head(
     let spec = &shared.spec;
     let own_memory = spec.cgroup.memory_mb.or_else(|| shared.view.borrow().memory_mb.get(&spec.node).copied());
     let args = ray::head_args(spec, ip, head_ports, ports, own_memory);
-    start_ray(shared, ip, &args, ports).await.map_err(|f| fail(shared, f.to_string()))?;
+    start_ray(shared, ip, &args, ports).await.map_err(|f| fail(shared, f))?;
     if let Err(f) = head_started(shared, ip, head_ports.gcs, events, t0).await {
-        return Err(if f.loaded { step_down(shared, f.message) } else { fail(shared, f.message) });
+        return Err(if f.loaded { step_down(shared, f.message) } else { fail(shared, Fault::user(f.message)) });
     }
     info!("Ray head started in {:?}", t0.elapsed());
     let note = dashboard_note(shared);
@@ -255,9 +262,9 @@ async fn own_listener(ip: IpAddr, port: u16) -> Result<(), String> {
     }
 }
 
-fn fail(shared: &Shared, msg: String) -> End {
-    publish_failure(shared, &msg);
-    End::Failed(msg)
+fn fail(shared: &Shared, fault: Fault) -> End {
+    publish_failure(shared, &fault);
+    End::Failed(fault)
 }
 
 /// This head's Ray failed before the cluster was ready: the workers elect
@@ -292,7 +299,7 @@ async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
         missing
     );
     drop(reports);
-    fail(&shared, msg);
+    fail(&shared, Fault::user(msg));
 }
 
 /// After start: the head's Ray dying before the cluster is ready makes it
@@ -305,7 +312,7 @@ async fn watch_own_ray(shared: &Shared, mut events: mpsc::Receiver<Event>) -> En
                 return step_down(shared, format!("the Ray head on {node} ended: {tail}"));
             }
             warn!("this node's Ray ended while the job ran");
-            return fail(shared, format!("the Ray head on {node} ended while the job ran: {tail}"));
+            return fail(shared, Fault::user(format!("the Ray head on {node} ended while the job ran: {tail}")));
         }
     }
     std::future::pending().await

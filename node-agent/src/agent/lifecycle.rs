@@ -21,8 +21,8 @@ use super::{head, worker};
 use crate::fault::Fault;
 
 pub async fn run(shared: Arc<Shared>) {
-    if let Err(msg) = node_part(&shared, Instant::now()).await {
-        shared.fail(msg);
+    if let Err(fault) = node_part(&shared, Instant::now()).await {
+        shared.fail(fault);
     }
     // Keep serving job steps (and the mesh) until the epilog stops us.
     std::future::pending::<()>().await;
@@ -38,7 +38,7 @@ struct Rounds {
     dropped: Dropped,
 }
 
-async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
+async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), Fault> {
     let node = shared.spec.node.clone();
     // Slurm's NodeAddr for this node (root bound the mesh socket there);
     // the name is resolved only where Slurm gave no address.
@@ -76,7 +76,7 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
     loop {
         let end = elect_and_play(shared, ip, prepared, t0, give_up, &mut rounds).await?;
         let (head, lost, why) = match end {
-            End::Failed(m) => return Err(m),
+            End::Failed(fault) => return Err(fault),
             End::Reelect { head, lost, why } => (head, lost, why),
         };
         prepared = prepare_next_round(shared, ip, &mut rounds, head, lost, why).await?;
@@ -84,15 +84,15 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
 }
 
 /// The socket root bound for this agent's mesh, or (simulated nodes) the
-/// first of the job's ports free on `ip`.
-async fn mesh_listener(shared: &Shared, ip: IpAddr) -> Result<tokio::net::TcpListener, String> {
+/// first of the job's ports free on `ip`. Its errors are said as they are.
+async fn mesh_listener(shared: &Shared, ip: IpAddr) -> Result<tokio::net::TcpListener, Fault> {
     let inherited = shared.mesh_socket.lock().expect("not poisoned").take();
     match inherited {
         Some(l) => {
-            l.set_nonblocking(true).map_err(|e| e.to_string())?;
-            tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())
+            l.set_nonblocking(true).map_err(|e| Fault::user(e.to_string()))?;
+            tokio::net::TcpListener::from_std(l).map_err(|e| Fault::user(e.to_string()))
         }
-        None => Ok(mesh::bind(ip, &shared.spec.mesh_ports()).await.map_err(|e| e.to_string())?.0),
+        None => Ok(mesh::bind(ip, &shared.spec.mesh_ports()).await.map_err(|e| Fault::user(e.to_string()))?.0),
     }
 }
 
@@ -104,9 +104,8 @@ async fn elect_and_play(
     t0: Instant,
     give_up: Instant,
     rounds: &mut Rounds,
-) -> Result<End, String> {
-    let (role, head_client) =
-        elect(shared, rounds.round, give_up, &mut rounds.passed).await.map_err(|e| e.to_string())?;
+) -> Result<End, Fault> {
+    let (role, head_client) = elect(shared, rounds.round, give_up, &mut rounds.passed).await?;
     if role == Role::Head {
         // Watchers of the new head must not see a view mirrored from an old one.
         shared.view.send_replace(ClusterView { head_node: shared.spec.node.clone(), ..Default::default() });
@@ -128,15 +127,15 @@ async fn prepare_next_round(
     head: String,
     lost: bool,
     why: String,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, Fault> {
     warn!(%head, lost, "the head dropped out before the cluster was ready ({why}); electing again without it");
     rounds.passed.insert(head.clone());
     rounds.dropped.insert(head.clone(), (lost, why));
     if rounds.passed.len() >= shared.spec.nodes.len() {
         let each: Vec<String> = rounds.dropped.iter().map(|(n, (_, why))| format!("{n}: {why}")).collect();
-        let msg = format!("no node could start the Ray head: {}", each.join("; "));
-        publish_failure(shared, &msg);
-        return Err(msg);
+        let fault = Fault::user(format!("no node could start the Ray head: {}", each.join("; ")));
+        publish_failure(shared, &fault);
+        return Err(fault);
     }
     shared.role.send_replace(if head == shared.spec.node { Role::SteppedDown } else { Role::Undecided });
     shared.set_joined(false);

@@ -74,7 +74,7 @@ async fn wait(shared: &Shared, timeout: Duration) -> WaitReply {
     let state = rx.borrow().clone();
     match state {
         NodeState::Ready => WaitReply::Ready { env: shared.step_env() },
-        NodeState::Failed(error) => WaitReply::Failed { error },
+        NodeState::Failed(fault) => WaitReply::Failed { error: fault.to_string() },
         NodeState::Starting(detail) => WaitReply::Starting { detail },
     }
 }
@@ -85,7 +85,7 @@ fn status(shared: &Shared) -> StatusReply {
     let (state, detail) = match &*shared.node_state.borrow() {
         NodeState::Ready => ("ready", String::new()),
         NodeState::Starting(d) => ("starting", d.clone()),
-        NodeState::Failed(e) => ("failed", e.clone()),
+        NodeState::Failed(fault) => ("failed", fault.to_string()),
     };
     StatusReply {
         job: shared.spec.job_id,

@@ -53,7 +53,7 @@ pub struct Shared {
     pub broadcast: watch::Sender<ClusterView>,
     pub node_state: watch::Sender<NodeState>,
     /// Head only: each worker's report (Ok, or why its Ray could not join).
-    pub reports: Mutex<BTreeMap<String, Result<(), String>>>,
+    pub reports: Mutex<BTreeMap<String, Result<(), Fault>>>,
     pub ray: Mutex<Option<Box<dyn RayNode>>>,
     /// The job's nodes, for lookups (the head's; made on first use).
     node_set: OnceLock<BTreeSet<String>>,
@@ -113,10 +113,9 @@ impl Shared {
         });
     }
 
-    pub fn fail(&self, msg: impl Into<String>) {
-        let msg = msg.into();
-        tracing::error!("{msg}");
-        self.set_state(NodeState::Failed(msg));
+    pub fn fail(&self, fault: Fault) {
+        tracing::error!("{fault}");
+        self.set_state(NodeState::Failed(fault));
     }
 
     /// The nodes in the ready cluster: the head's own list, or on a worker

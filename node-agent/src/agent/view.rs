@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::cluster::{ClusterView, NodeState, Phase};
 use super::state::{Role, Shared};
+use crate::fault::Fault;
 
 /// Changes the view, sends the workers' copy if it changed, and derives this
 /// node's state from it.
@@ -22,8 +23,8 @@ pub fn publish(shared: &Shared, f: impl FnOnce(&mut ClusterView)) {
 }
 
 /// The cluster failed: the view says so, with why.
-pub fn publish_failure(shared: &Shared, msg: &str) {
-    publish(shared, |v| v.phase = Phase::Failed(msg.to_string()));
+pub fn publish_failure(shared: &Shared, fault: &Fault) {
+    publish(shared, |v| v.phase = Phase::Failed(fault.clone()));
 }
 
 /// The view as workers receive it: no per-node lists, and the ready nodes
@@ -50,7 +51,7 @@ pub fn sync_node_state(shared: &Shared) {
         let v = shared.view.borrow();
         let node = &shared.spec.node;
         match &v.phase {
-            Phase::Failed(m) => NodeState::Failed(m.clone()),
+            Phase::Failed(f) => NodeState::Failed(f.clone()),
             // A worker knows it joined (it told the head); the head has the list.
             Phase::Ready if shared.has_joined() || v.ready_nodes.contains(node) => NodeState::Ready,
             Phase::Ready => NodeState::Starting(format!("the cluster is ready; {node}'s Ray has not joined it yet")),
@@ -79,7 +80,7 @@ pub async fn recount(shared: &Shared) {
 
 /// A worker's report: recorded and counted under one lock, so that each
 /// report is counted once and the ready list is built once, not per report.
-pub async fn record_report(shared: &Shared, node: String, result: Result<(), String>) {
+pub async fn record_report(shared: &Shared, node: String, result: Result<(), Fault>) {
     let mut reports = shared.reports.lock().await;
     if reports.get(&node) == Some(&result) {
         return;
@@ -89,11 +90,11 @@ pub async fn record_report(shared: &Shared, node: String, result: Result<(), Str
 }
 
 /// Nodes whose Ray joined: the head's own, and each worker that reported Ok.
-pub fn joined(reports: &BTreeMap<String, Result<(), String>>) -> usize {
+pub fn joined(reports: &BTreeMap<String, Result<(), Fault>>) -> usize {
     1 + reports.values().filter(|r| r.is_ok()).count()
 }
 
-fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>) {
+fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), Fault>>) {
     if *shared.role.borrow() != Role::Head {
         return;
     }
@@ -122,7 +123,7 @@ fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>)
     } else if spec.nodes.len() - failed < spec.min_nodes() {
         let why: Vec<String> =
             reports.iter().filter_map(|(n, r)| r.as_ref().err().map(|m| format!("{n}: {m}"))).collect();
-        publish_failure(shared, &why.join("; "));
+        publish_failure(shared, &Fault::user(why.join("; ")));
     } else {
         shared.set_state(NodeState::Starting(format!("{joined} of {} nodes joined", spec.nodes.len())));
     }

@@ -19,6 +19,7 @@ use super::part::{End, Prepared};
 use super::ray::{self, NodePorts};
 use super::state::{Role, Shared};
 use super::view::sync_node_state;
+use crate::fault::Fault;
 
 /// How long a worker whose Ray failed before the cluster was ready waits to
 /// hear that the head itself dropped out (its GCS going away fails the
@@ -43,7 +44,7 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, mut head: Peer, head_node: St
     let (events, ports) = match prepared {
         Ok(p) => p,
         Err(f) => {
-            let _ = head.report(&Err(f.to_string())).await;
+            let _ = head.report(&Err(f.clone())).await;
             return f.into();
         }
     };
@@ -78,7 +79,7 @@ pub async fn leave(shared: &Shared) {
     if matches!(*shared.node_state.borrow(), NodeState::Ready) {
         return;
     }
-    let message = format!("Slurm is ending the job on {} (its agent was told to stop)", shared.spec.node);
+    let message = Fault::user(format!("Slurm is ending the job on {} (its agent was told to stop)", shared.spec.node));
     let role = shared.role.borrow().clone();
     let head = match role {
         Role::Follower(h) => h,
@@ -104,7 +105,9 @@ async fn open_watch(head: &mut Peer, head_node: &str) -> Result<Views, End> {
         Err(WatchRefused::NotHead) => {
             Err(End::Reelect { head: head_node.to_string(), lost: false, why: "it stepped down".into() })
         }
-        Err(WatchRefused::Failed(e)) => Err(End::Failed(format!("cannot watch the head node {head_node}: {e}"))),
+        Err(WatchRefused::Failed(e)) => {
+            Err(End::Failed(Fault::user(format!("cannot watch the head node {head_node}: {e}"))))
+        }
     }
 }
 
@@ -149,7 +152,7 @@ impl Worker<'_> {
                 )
             }
         };
-        Some(self.failed(failure, stream).await)
+        Some(self.failed(Fault::user(failure), stream).await)
     }
 
     /// This node's Ray joined: tell the head, and the job if it was a restart.
@@ -195,7 +198,7 @@ impl Worker<'_> {
     /// This node's Ray could not join. Before the cluster is ready, the
     /// cause may be the head's Ray going away: then this is the head's news,
     /// not ours. Otherwise the head hears of it.
-    async fn failed(&mut self, failure: String, stream: &mut Views) -> End {
+    async fn failed(&mut self, failure: Fault, stream: &mut Views) -> End {
         let shared = self.shared;
         if shared.view.borrow().phase != Phase::Ready {
             let news = async {
@@ -224,14 +227,16 @@ impl Worker<'_> {
 fn follow(shared: &Shared, head_node: &str, v: ClusterView) -> Option<End> {
     let reelect = matches!(v.phase, Phase::Reelect(_));
     if reelect || (!v.head_node.is_empty() && v.head_node != head_node) {
-        let why = match v.phase.message() {
-            "" => "it stepped down".to_string(),
-            m => m.to_string(),
+        let why = match &v.phase {
+            Phase::Reelect(why) => why.clone(),
+            Phase::Failed(f) => f.to_string(),
+            _ => String::new(),
         };
+        let why = if why.is_empty() { "it stepped down".to_string() } else { why };
         return Some(End::Reelect { head: head_node.to_string(), lost: false, why });
     }
     let failed = match &v.phase {
-        Phase::Failed(m) => Some(m.clone()),
+        Phase::Failed(f) => Some(f.clone()),
         _ => None,
     };
     shared.view.send_replace(v);
@@ -243,7 +248,7 @@ fn follow(shared: &Shared, head_node: &str, v: ClusterView) -> Option<End> {
 /// others elect again without it; after, the job's cluster is gone.
 fn lost_head(shared: &Shared, head_node: &str, why: &str) -> End {
     if shared.view.borrow().phase == Phase::Ready {
-        return End::Failed(format!("lost contact with the head node {head_node}'s agent"));
+        return End::Failed(Fault::user(format!("lost contact with the head node {head_node}'s agent")));
     }
     End::Reelect { head: head_node.to_string(), lost: true, why: why.to_string() }
 }
@@ -299,14 +304,14 @@ mod tests {
         leave(&worker).await;
         let got = head.reports.lock().await.get("127.0.0.9").cloned();
         assert!(
-            matches!(&got, Some(Err(m)) if m.contains("Slurm is ending the job on 127.0.0.9")),
+            matches!(&got, Some(Err(f)) if f.to_string().contains("Slurm is ending the job on 127.0.0.9")),
             "the head recorded {got:?}"
         );
 
         leave(&head).await;
         let phase = head.view.borrow().phase.clone();
         assert!(
-            matches!(&phase, Phase::Failed(m) if m.contains("Slurm is ending the job on 127.0.0.8")),
+            matches!(&phase, Phase::Failed(f) if f.to_string().contains("Slurm is ending the job on 127.0.0.8")),
             "the head itself stopping fails the cluster: {phase:?}"
         );
     }

@@ -32,6 +32,7 @@ use tracing::{info, warn};
 use super::cluster::{ClusterView, JoinAnswer, NodeState, PeerRole};
 use super::state::{Role, Shared};
 use super::view;
+use crate::fault::Fault;
 use tls::MeshTls;
 
 /// The generated protobuf types: only `mesh/` uses them (`wire.rs` converts).
@@ -228,7 +229,7 @@ impl Peer {
 
     /// Tells the head this node's Ray joined (Ok) or why it could not; Err:
     /// why the call failed.
-    pub async fn report(&mut self, result: &Result<(), String>) -> Result<(), String> {
+    pub async fn report(&mut self, result: &Result<(), Fault>) -> Result<(), String> {
         let r = wire::encode_report(self.job_id, &self.node, result);
         self.client.report(r).await.map(|_| ()).map_err(|e| e.message().to_string())
     }

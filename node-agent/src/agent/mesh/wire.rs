@@ -5,21 +5,36 @@ use super::pb;
 use super::pb::cluster_view::Phase as PbPhase;
 use super::pb::join_reply::Role as PbRole;
 use crate::agent::cluster::{ClusterView, JoinAnswer, PeerRole, Phase};
+use crate::fault::{Fault, NODE_FAULT};
+
+/// A fault in a message field: its text, which says "node fault:" first
+/// for a node's.
+pub fn encode_fault(f: &Fault) -> String {
+    f.to_string()
+}
+
+/// A message field's fault: a node's if it says so first, else said as is.
+pub fn decode_fault(message: String) -> Fault {
+    match message.strip_prefix(NODE_FAULT) {
+        Some(m) => Fault::Node(m.to_string()),
+        None => Fault::User(message),
+    }
+}
 
 impl From<&ClusterView> for pb::ClusterView {
     fn from(v: &ClusterView) -> pb::ClusterView {
-        let phase = match v.phase {
-            Phase::Starting => PbPhase::Starting,
-            Phase::HeadReady => PbPhase::HeadReady,
-            Phase::Ready => PbPhase::Ready,
-            Phase::Failed(_) => PbPhase::Failed,
-            Phase::Reelect(_) => PbPhase::Reelect,
+        let (phase, message) = match &v.phase {
+            Phase::Starting => (PbPhase::Starting, String::new()),
+            Phase::HeadReady => (PbPhase::HeadReady, String::new()),
+            Phase::Ready => (PbPhase::Ready, String::new()),
+            Phase::Failed(f) => (PbPhase::Failed, encode_fault(f)),
+            Phase::Reelect(why) => (PbPhase::Reelect, why.clone()),
         };
         pb::ClusterView {
             phase: phase as i32,
             head_node: v.head_node.clone(),
             gcs_address: v.gcs_address.clone(),
-            message: v.phase.message().to_string(),
+            message,
             ready_nodes: v.ready_nodes.clone(),
             dashboard_url: v.dashboard_url.clone(),
             ray_token: v.ray_token.clone(),
@@ -38,7 +53,7 @@ impl From<pb::ClusterView> for ClusterView {
             PbPhase::Starting => Phase::Starting,
             PbPhase::HeadReady => Phase::HeadReady,
             PbPhase::Ready => Phase::Ready,
-            PbPhase::Failed => Phase::Failed(v.message),
+            PbPhase::Failed => Phase::Failed(decode_fault(v.message)),
             PbPhase::Reelect => Phase::Reelect(v.message),
         };
         ClusterView {
@@ -64,7 +79,7 @@ pub fn encode_join(answer: &JoinAnswer, own_node: &str) -> pb::JoinReply {
         PeerRole::Follower(h) => (PbRole::Follower, h.clone()),
         PeerRole::SteppedDown => (PbRole::SteppedDown, String::new()),
     };
-    pb::JoinReply { role: role as i32, head_node, failed: answer.failed.clone().unwrap_or_default() }
+    pb::JoinReply { role: role as i32, head_node, failed: answer.failed.as_ref().map(encode_fault).unwrap_or_default() }
 }
 
 pub fn decode_join(reply: pb::JoinReply) -> JoinAnswer {
@@ -74,18 +89,18 @@ pub fn decode_join(reply: pb::JoinReply) -> JoinAnswer {
         PbRole::Follower => PeerRole::Follower(reply.head_node),
         PbRole::SteppedDown => PeerRole::SteppedDown,
     };
-    JoinAnswer { role, failed: (!reply.failed.is_empty()).then_some(reply.failed) }
+    JoinAnswer { role, failed: (!reply.failed.is_empty()).then(|| decode_fault(reply.failed)) }
 }
 
 /// A worker's report for the job's cluster `job_id`: its Ray joined (Ok),
 /// or why it could not.
-pub fn encode_report(job_id: u32, node: &str, result: &Result<(), String>) -> pb::NodeReport {
-    let message = result.as_ref().err().cloned().unwrap_or_default();
+pub fn encode_report(job_id: u32, node: &str, result: &Result<(), Fault>) -> pb::NodeReport {
+    let message = result.as_ref().err().map(encode_fault).unwrap_or_default();
     pb::NodeReport { job_id, node: node.to_string(), ok: result.is_ok(), message }
 }
 
-pub fn decode_report(r: pb::NodeReport) -> (String, Result<(), String>) {
-    (r.node, if r.ok { Ok(()) } else { Err(r.message) })
+pub fn decode_report(r: pb::NodeReport) -> (String, Result<(), Fault>) {
+    (r.node, if r.ok { Ok(()) } else { Err(decode_fault(r.message)) })
 }
 
 #[cfg(test)]
@@ -113,7 +128,8 @@ mod tests {
             Phase::Starting,
             Phase::HeadReady,
             Phase::Ready,
-            Phase::Failed("why".into()),
+            Phase::Failed(Fault::user("why")),
+            Phase::Failed(Fault::node("no random token")),
             Phase::Reelect("it stepped down".into()),
         ] {
             let v = view(phase);
@@ -123,16 +139,31 @@ mod tests {
 
     #[test]
     fn a_failed_or_abandoned_phase_says_why_in_the_message_field_and_only_they_do() {
-        let failed = pb::ClusterView::from(&view(Phase::Failed("why".into())));
-        assert_eq!((failed.phase(), failed.message.as_str()), (PbPhase::Failed, "why"));
+        let failed = pb::ClusterView::from(&view(Phase::Failed(Fault::node("why"))));
+        assert_eq!((failed.phase(), failed.message.as_str()), (PbPhase::Failed, "node fault: why"));
         let ready = pb::ClusterView { message: "stale".into(), ..pb::ClusterView::from(&view(Phase::Ready)) };
         assert_eq!(ClusterView::from(ready).phase, Phase::Ready);
+    }
+
+    /// A fault's kind crosses the wire in its text, as the job's steps read
+    /// it: a node's says so first; a summary that names node faults inside
+    /// stays a summary.
+    #[test]
+    fn a_faults_kind_comes_back_from_the_wire_as_it_went() {
+        for f in [
+            Fault::node("the container runtime bubblewrap (/x) is not installed on this node"),
+            Fault::user("image /x does not exist"),
+            Fault::user("node2: node fault: no bwrap; node3: its agent stopped answering"),
+        ] {
+            assert_eq!(decode_fault(encode_fault(&f)), f);
+        }
+        assert_eq!(encode_fault(&Fault::node("x")), "node fault: x");
     }
 
     #[test]
     fn joins_answers_come_back_from_the_wire_as_they_went() {
         for role in [PeerRole::Undecided, PeerRole::Head, PeerRole::Follower("n1".into()), PeerRole::SteppedDown] {
-            for failed in [None, Some("the cluster failed".to_string())] {
+            for failed in [None, Some(Fault::user("the cluster failed")), Some(Fault::node("no token"))] {
                 let answer = JoinAnswer { role: role.clone(), failed };
                 assert_eq!(decode_join(encode_join(&answer, "n2")), answer);
             }
@@ -142,7 +173,7 @@ mod tests {
 
     #[test]
     fn reports_come_back_from_the_wire_as_they_went() {
-        for result in [Ok(()), Err("its Ray could not start".to_string())] {
+        for result in [Ok(()), Err(Fault::user("its Ray could not start")), Err(Fault::node("no bwrap"))] {
             let wire = encode_report(7, "n2", &result);
             assert_eq!(wire.job_id, 7);
             assert_eq!(decode_report(wire), ("n2".to_string(), result));
