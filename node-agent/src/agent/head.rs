@@ -17,29 +17,37 @@ use super::node_ray::{job_notice, start_ray, started, StartFailure};
 use super::part::{Dropped, End, Prepared};
 use super::ports;
 use super::ray::{self, HeadPorts, NodePorts};
-use super::state::Shared;
+use super::state::{HeadCluster, Settle, Shared};
 use super::view::{self, publish, publish_failure};
 use crate::fault::Fault;
 
-pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Instant, dropped: &Dropped) -> End {
+/// The head's part, with what it keeps for its workers (`head`).
+pub async fn run(
+    shared: &Arc<Shared>,
+    head: Arc<HeadCluster>,
+    ip: IpAddr,
+    prepared: Prepared,
+    t0: Instant,
+    dropped: &Dropped,
+) -> End {
     let (mut events, ports) = match prepared {
         Ok(p) => p,
         // The cluster's message names the node before what its fault says.
         Err(f) => return fail(shared, Fault::user(format!("{} (head): {f}", shared.spec.node))),
     };
-    if let Err(end) = count_lost_nodes(shared, dropped).await {
+    if let Err(end) = count_lost_nodes(shared, &head, dropped).await {
         return end;
     }
     let head_ports = match take_office(shared, ip, &ports, dropped).await {
         Ok(p) => p,
         Err(end) => return end,
     };
-    if let Err(end) = start_head(shared, ip, &head_ports, &ports, &mut events, t0).await {
+    if let Err(end) = start_head(shared, &head, ip, &head_ports, &ports, &mut events, t0).await {
         return end;
     }
     let deadline = t0 + Duration::from_secs(shared.spec.config.startup_timeout);
-    let deadline = tokio::spawn(fail_at_deadline(shared.clone(), deadline));
-    let settle = tokio::spawn(settle(shared.clone()));
+    let deadline = tokio::spawn(fail_at_deadline(shared.clone(), head.clone(), deadline));
+    let settle = tokio::spawn(settle(shared.clone(), head));
     let end = watch_own_ray(shared, events).await;
     deadline.abort();
     settle.abort();
@@ -54,9 +62,11 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(20);
 /// them all active; by then every node's resources reached the GCS, and the
 /// schedulers spread over all of them. Then the cluster is Ready. If Ray's
 /// status lags past `SETTLE_LIMIT`, it is Ready anyway (logged): Ray works.
-async fn settle(shared: Arc<Shared>) {
-    shared.all_joined.notified().await;
-    let joined = view::joined(&*shared.reports.lock().await);
+async fn settle(shared: Arc<Shared>, head: Arc<HeadCluster>) {
+    if head.settle.subscribe().wait_for(|s| *s != Settle::Joining).await.is_err() {
+        return;
+    }
+    let joined = view::joined(&*head.reports.lock().await);
     let gcs = shared.view.borrow().gcs_address.clone();
     let t = Instant::now();
     let answer = match shared.ray.lock().await.as_mut() {
@@ -67,20 +77,20 @@ async fn settle(shared: Arc<Shared>) {
         Ok(n) => info!("Ray lists {n} nodes active {:?} after they joined", t.elapsed()),
         Err(why) => warn!("Ray's status does not list the {joined} joined nodes ({why}); ready anyway"),
     }
-    shared.settled.store(true, std::sync::atomic::Ordering::Release);
-    view::recount(&shared).await;
+    head.settle.send_replace(Settle::Settled);
+    view::recount(&shared, &head).await;
 }
 
 /// Nodes whose agent is gone count as failed, unless it is back (its
 /// supervisor restarted it: it rejoins as a worker); too few fails now.
-async fn count_lost_nodes(shared: &Shared, dropped: &Dropped) -> Result<(), End> {
+async fn count_lost_nodes(shared: &Shared, head: &HeadCluster, dropped: &Dropped) -> Result<(), End> {
     let spec = &shared.spec;
     let mut lost: Vec<(&String, &String)> =
         dropped.iter().filter(|(_, (is_lost, _))| *is_lost).map(|(n, (_, why))| (n, why)).collect();
     if spec.nodes.len() - lost.len() < spec.min_nodes() {
         lost = still_lost(shared, lost).await;
     }
-    let mut reports = shared.reports.lock().await;
+    let mut reports = head.reports.lock().await;
     for (n, why) in &lost {
         reports.insert(
             n.to_string(),
@@ -164,6 +174,7 @@ async fn take_office(shared: &Shared, ip: IpAddr, ports: &NodePorts, dropped: &D
 /// image's: the cluster fails (every node would fail the same way).
 async fn start_head(
     shared: &Shared,
+    head: &HeadCluster,
     ip: IpAddr,
     head_ports: &HeadPorts,
     ports: &NodePorts,
@@ -186,7 +197,7 @@ async fn start_head(
         }
         v.phase = Phase::HeadReady;
     });
-    view::recount(shared).await;
+    view::recount(shared, head).await;
     Ok(())
 }
 
@@ -279,9 +290,9 @@ fn step_down(shared: &Shared, why: String) -> End {
 }
 
 /// The cluster must be ready by the start-up deadline.
-async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
+async fn fail_at_deadline(shared: Arc<Shared>, head: Arc<HeadCluster>, deadline: Instant) {
     tokio::time::sleep_until(deadline.into()).await;
-    let reports = shared.reports.lock().await;
+    let reports = head.reports.lock().await;
     let phase = shared.view.borrow().phase.clone();
     if !matches!(phase, Phase::Starting | Phase::HeadReady) {
         return;

@@ -106,14 +106,17 @@ async fn elect_and_play(
     rounds: &mut Rounds,
 ) -> Result<End, Fault> {
     let (role, head_client) = elect(shared, rounds.round, give_up, &mut rounds.passed).await?;
-    if role == Role::Head {
-        // Watchers of the new head must not see a view mirrored from an old one.
-        shared.view.send_replace(ClusterView { head_node: shared.spec.node.clone(), ..Default::default() });
-    }
-    shared.role.send_replace(role.clone());
     Ok(match role {
-        Role::Head => head::run(shared, ip, prepared, t0, &rounds.dropped).await,
-        Role::Follower(h) => worker::run(shared, ip, head_client.expect("a follower has a client"), h, prepared).await,
+        Role::Head => {
+            // Watchers of the new head must not see a view mirrored from an old one.
+            shared.view.send_replace(ClusterView { head_node: shared.spec.node.clone(), ..Default::default() });
+            let head = shared.become_head();
+            head::run(shared, head, ip, prepared, t0, &rounds.dropped).await
+        }
+        Role::Follower(h) => {
+            shared.role.send_replace(Role::Follower(h.clone()));
+            worker::run(shared, ip, head_client.expect("a follower has a client"), h, prepared).await
+        }
         Role::Undecided | Role::SteppedDown => unreachable!("elect decides"),
     })
 }
@@ -138,7 +141,6 @@ async fn prepare_next_round(
         return Err(fault);
     }
     shared.role.send_replace(if head == shared.spec.node { Role::SteppedDown } else { Role::Undecided });
-    shared.set_joined(false);
     shared.set_state(NodeState::Starting(format!("the head {head} dropped out; electing another")));
     stop_ray(shared, Duration::from_secs(2)).await;
     rounds.round = Instant::now();

@@ -34,8 +34,10 @@ struct Worker<'a> {
     head_node: String,
     events: mpsc::Receiver<Event>,
     ports: NodePorts,
-    /// `ray start` was sent (whether it joined is `shared.has_joined()`).
+    /// `ray start` was sent.
     sent: bool,
+    /// This node's Ray joined the cluster and the head was told so.
+    joined: bool,
     /// Restarts of this node's Ray while the job ran, so far.
     restarts: u32,
 }
@@ -52,7 +54,7 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, mut head: Peer, head_node: St
         Ok(s) => s,
         Err(end) => return end,
     };
-    let mut w = Worker { shared, ip, head, head_node, events, ports, sent: false, restarts: 0 };
+    let mut w = Worker { shared, ip, head, head_node, events, ports, sent: false, joined: false, restarts: 0 };
     loop {
         tokio::select! {
             msg = stream.next() => {
@@ -118,7 +120,7 @@ impl Worker<'_> {
         let Some(v) = msg else {
             return Some(lost_head(self.shared, &self.head_node, "its agent stopped answering"));
         };
-        if let Some(end) = follow(self.shared, &self.head_node, v) {
+        if let Some(end) = follow(self.shared, &self.head_node, v, self.joined) {
             return Some(end);
         }
         if !self.sent && !self.shared.view.borrow().gcs_address.is_empty() {
@@ -131,10 +133,10 @@ impl Worker<'_> {
     /// An event of this node's launcher, once `ray start` was sent.
     async fn on_event(&mut self, ev: Option<Event>, stream: &mut Views) -> Option<End> {
         let spec = &self.shared.spec;
-        let joined = self.shared.has_joined();
+        let joined = self.joined;
         let failure = match ev {
             Some(Event::LauncherReady) => return None,
-            Some(Event::Started) if !joined => return self.joined().await,
+            Some(Event::Started) if !joined => return self.tell_joined().await,
             Some(Event::Started) => return None,
             Some(Event::Died) | Some(Event::Exited) | None if joined && self.restarts < spec.config.ray_restarts => {
                 return self.restart_ray().await
@@ -156,7 +158,7 @@ impl Worker<'_> {
     }
 
     /// This node's Ray joined: tell the head, and the job if it was a restart.
-    async fn joined(&mut self) -> Option<End> {
+    async fn tell_joined(&mut self) -> Option<End> {
         let (shared, spec) = (self.shared, &self.shared.spec);
         info!("Ray worker joined");
         if self.restarts > 0 {
@@ -168,8 +170,8 @@ impl Worker<'_> {
         if let Err(e) = self.head.report(&Ok(())).await {
             return Some(lost_head(shared, &self.head_node, &e));
         }
-        shared.set_joined(true);
-        sync_node_state(shared);
+        self.joined = true;
+        sync_node_state(shared, true);
         if let Some(line) = shared.restart_notice() {
             job_notice(shared, &line);
         }
@@ -180,7 +182,7 @@ impl Worker<'_> {
     async fn restart_ray(&mut self) -> Option<End> {
         let shared = self.shared;
         self.restarts += 1;
-        shared.set_joined(false);
+        self.joined = false;
         warn!(
             restarts = self.restarts,
             "this node's Ray died while the job ran: {}; restarting it",
@@ -199,13 +201,13 @@ impl Worker<'_> {
     /// cause may be the head's Ray going away: then this is the head's news,
     /// not ours. Otherwise the head hears of it.
     async fn failed(&mut self, failure: Fault, stream: &mut Views) -> End {
-        let shared = self.shared;
+        let (shared, joined) = (self.shared, self.joined);
         if shared.view.borrow().phase != Phase::Ready {
             let news = async {
                 loop {
                     match stream.next().await {
                         Some(v) => {
-                            if let Some(end) = follow(shared, &self.head_node, v) {
+                            if let Some(end) = follow(shared, &self.head_node, v, joined) {
                                 return end;
                             }
                         }
@@ -222,9 +224,10 @@ impl Worker<'_> {
     }
 }
 
-/// Mirrors a view from the head; Some when it ends this worker's part: the
-/// cluster failed, or the head stepped down (or another node took over).
-fn follow(shared: &Shared, head_node: &str, v: ClusterView) -> Option<End> {
+/// Mirrors a view from the head (`joined`: this node's Ray joined); Some
+/// when it ends this worker's part: the cluster failed, or the head stepped
+/// down (or another node took over).
+fn follow(shared: &Shared, head_node: &str, v: ClusterView, joined: bool) -> Option<End> {
     let reelect = matches!(v.phase, Phase::Reelect(_));
     if reelect || (!v.head_node.is_empty() && v.head_node != head_node) {
         let why = match &v.phase {
@@ -240,7 +243,7 @@ fn follow(shared: &Shared, head_node: &str, v: ClusterView) -> Option<End> {
         _ => None,
     };
     shared.view.send_replace(v);
-    sync_node_state(shared);
+    sync_node_state(shared, joined);
     failed.map(End::Failed)
 }
 
@@ -292,17 +295,17 @@ mod tests {
     async fn told_to_stop_before_ready_a_worker_tells_its_head_a_head_fails_the_cluster_a_ready_one_says_nothing() {
         let nodes = ["127.0.0.8", "127.0.0.9"];
         let head = agent(&nodes, 0).await;
-        head.role.send_replace(Role::Head);
+        let cluster = head.become_head();
         let worker = agent(&nodes, 1).await;
         worker.role.send_replace(Role::Follower("127.0.0.8".into()));
 
         worker.set_state(NodeState::Ready);
         leave(&worker).await;
-        assert!(head.reports.lock().await.is_empty(), "a ready worker's stop is the job's normal end");
+        assert!(cluster.reports.lock().await.is_empty(), "a ready worker's stop is the job's normal end");
 
         worker.set_state(NodeState::Starting("joining".into()));
         leave(&worker).await;
-        let got = head.reports.lock().await.get("127.0.0.9").cloned();
+        let got = cluster.reports.lock().await.get("127.0.0.9").cloned();
         assert!(
             matches!(&got, Some(Err(f)) if f.to_string().contains("Slurm is ending the job on 127.0.0.9")),
             "the head recorded {got:?}"

@@ -130,12 +130,13 @@ impl Mesh for MeshService {
     async fn watch(&self, req: Request<pb::WatchRequest>) -> Result<Response<ViewStream>, Status> {
         let r = req.get_ref();
         self.check(r.job_id, &r.node)?;
-        if *self.shared.role.borrow() != Role::Head {
-            return Err(Status::failed_precondition("not the head"));
-        }
+        let head = match (&*self.shared.role.borrow(), self.shared.head()) {
+            (Role::Head, Some(head)) => head.clone(),
+            _ => return Err(Status::failed_precondition("not the head")),
+        };
         // Each worker gets its own memory entry (from the head's full view).
         let (shared, node) = (self.shared.clone(), r.node.clone());
-        let s = WatchStream::new(self.shared.broadcast.subscribe()).map(move |v| {
+        let s = WatchStream::new(head.broadcast.subscribe()).map(move |v| {
             counters::view_sent();
             let mut v = pb::ClusterView::from(&v);
             if let Some(&mb) = shared.view.borrow().memory_mb.get(&node) {
@@ -154,7 +155,10 @@ impl Mesh for MeshService {
         }
         info!(node = %r.node, ok = r.ok, message = %r.message, "worker report");
         let (node, result) = wire::decode_report(r);
-        view::record_report(&self.shared, node, result).await;
+        // Only a node that was head has workers that report.
+        if let Some(head) = self.shared.head() {
+            view::record_report(&self.shared, head, node, result).await;
+        }
         Ok(Response::new(pb::ReportAck {}))
     }
 }
