@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::cluster::Phase;
 use super::election::address_of;
 use super::launcher::Event;
-use super::mesh;
+use super::mesh::Mesh;
 use super::node_ray::{job_notice, start_ray, started, StartFailure};
 use super::part::{Dropped, End, Prepared};
 use super::ports;
@@ -20,10 +20,12 @@ use super::ray::{self, HeadPorts, NodePorts};
 use super::state::{HeadCluster, Settle, Shared};
 use super::view::{self, publish, publish_failure};
 use crate::fault::Fault;
+use crate::job::JobSpec;
 
 /// The head's part, with what it keeps for its workers (`head`).
 pub async fn run(
     shared: &Arc<Shared>,
+    mesh: &Mesh,
     head: Arc<HeadCluster>,
     ip: IpAddr,
     prepared: Prepared,
@@ -35,7 +37,7 @@ pub async fn run(
         // The cluster's message names the node before what its fault says.
         Err(f) => return fail(shared, Fault::user(format!("{} (head): {f}", shared.spec.node))),
     };
-    if let Err(end) = count_lost_nodes(shared, &head, dropped).await {
+    if let Err(end) = count_lost_nodes(shared, mesh, &head, dropped).await {
         return end;
     }
     let head_ports = match take_office(shared, ip, &ports, dropped).await {
@@ -83,12 +85,12 @@ async fn settle(shared: Arc<Shared>, head: Arc<HeadCluster>) {
 
 /// Nodes whose agent is gone count as failed, unless it is back (its
 /// supervisor restarted it: it rejoins as a worker); too few fails now.
-async fn count_lost_nodes(shared: &Shared, head: &HeadCluster, dropped: &Dropped) -> Result<(), End> {
+async fn count_lost_nodes(shared: &Shared, mesh: &Mesh, head: &HeadCluster, dropped: &Dropped) -> Result<(), End> {
     let spec = &shared.spec;
     let mut lost: Vec<(&String, &String)> =
         dropped.iter().filter(|(_, (is_lost, _))| *is_lost).map(|(n, (_, why))| (n, why)).collect();
     if spec.nodes.len() - lost.len() < spec.min_nodes() {
-        lost = still_lost(shared, lost).await;
+        lost = still_lost(&shared.spec, mesh, lost).await;
     }
     let mut reports = head.reports.lock().await;
     for (n, why) in &lost {
@@ -120,12 +122,16 @@ const REJOIN_GRACE: Duration = Duration::from_secs(5);
 
 /// The nodes of `lost` whose agent has not answered the mesh again within
 /// `REJOIN_GRACE`.
-async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>) -> Vec<(&'a String, &'a String)> {
+async fn still_lost<'a>(
+    spec: &JobSpec,
+    mesh: &Mesh,
+    mut lost: Vec<(&'a String, &'a String)>,
+) -> Vec<(&'a String, &'a String)> {
     let until = Instant::now() + REJOIN_GRACE;
     while !lost.is_empty() && Instant::now() < until {
         let mut left = Vec::new();
         for (n, why) in lost {
-            let answer = async { mesh::join(shared, address_of(&shared.spec, n).await?).await };
+            let answer = async { mesh.join(address_of(spec, n).await?).await };
             let left_time = until.saturating_duration_since(Instant::now());
             if matches!(tokio::time::timeout(left_time, answer).await, Ok(Some(_))) {
                 info!(node = %n, "its agent answers again; it will rejoin as a worker");

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::cluster::{ClusterView, NodeState};
 use super::election::{elect, resolve};
-use super::mesh;
+use super::mesh::Mesh;
 use super::node_ray::{launch, stop_ray};
 use super::part::{Dropped, End, Prepared};
 use super::state::{Role, Shared};
@@ -20,8 +20,8 @@ use super::view::publish_failure;
 use super::{head, worker};
 use crate::fault::Fault;
 
-pub async fn run(shared: Arc<Shared>) {
-    if let Err(fault) = node_part(&shared, Instant::now()).await {
+pub async fn run(shared: Arc<Shared>, mesh: Arc<Mesh>) {
+    if let Err(fault) = node_part(&shared, &mesh, Instant::now()).await {
         shared.fail(fault);
     }
     // Keep serving job steps (and the mesh) until the epilog stops us.
@@ -38,7 +38,7 @@ struct Rounds {
     dropped: Dropped,
 }
 
-async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), Fault> {
+async fn node_part(shared: &Arc<Shared>, mesh: &Arc<Mesh>, t0: Instant) -> Result<(), Fault> {
     let node = shared.spec.node.clone();
     // Slurm's NodeAddr for this node (root bound the mesh socket there);
     // the name is resolved only where Slurm gave no address.
@@ -56,9 +56,9 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), Fault> {
         shared.role.send_replace(Role::SteppedDown);
         shared.set_state(NodeState::Starting("this node's agent was restarted; it is rejoining the cluster".into()));
     }
-    let listener = mesh_listener(shared, ip).await?;
+    let listener = mesh.listener(ip).await?;
     info!(addr = ?listener.local_addr().ok(), "mesh listening");
-    tokio::spawn(mesh::serve(shared.clone(), listener));
+    tokio::spawn(mesh.clone().serve(shared.clone(), listener));
     // Ray's address: the site's `network`, else NodeAddr as the mesh's. No
     // match fails this node's part as a failed launch does: the head hears why.
     // The node's interfaces (a netlink dump) are read only when rules need them.
@@ -74,7 +74,7 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), Fault> {
     };
     let give_up = t0 + Duration::from_secs(shared.spec.config.startup_timeout);
     loop {
-        let end = elect_and_play(shared, ip, prepared, t0, give_up, &mut rounds).await?;
+        let end = elect_and_play(shared, mesh, ip, prepared, t0, give_up, &mut rounds).await?;
         let (head, lost, why) = match end {
             End::Failed(fault) => return Err(fault),
             End::Reelect { head, lost, why } => (head, lost, why),
@@ -83,35 +83,23 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), Fault> {
     }
 }
 
-/// The socket root bound for this agent's mesh, or (simulated nodes) the
-/// first of the job's ports free on `ip`. Its errors are said as they are.
-async fn mesh_listener(shared: &Shared, ip: IpAddr) -> Result<tokio::net::TcpListener, Fault> {
-    let inherited = shared.mesh_socket.lock().expect("not poisoned").take();
-    match inherited {
-        Some(l) => {
-            l.set_nonblocking(true).map_err(|e| Fault::user(e.to_string()))?;
-            tokio::net::TcpListener::from_std(l).map_err(|e| Fault::user(e.to_string()))
-        }
-        None => Ok(mesh::bind(ip, &shared.spec.mesh_ports()).await.map_err(|e| Fault::user(e.to_string()))?.0),
-    }
-}
-
 /// One election, and this node's part as its outcome says.
 async fn elect_and_play(
     shared: &Arc<Shared>,
+    mesh: &Mesh,
     ip: IpAddr,
     prepared: Prepared,
     t0: Instant,
     give_up: Instant,
     rounds: &mut Rounds,
 ) -> Result<End, Fault> {
-    let (role, head_client) = elect(shared, rounds.round, give_up, &mut rounds.passed).await?;
+    let (role, head_client) = elect(shared, mesh, rounds.round, give_up, &mut rounds.passed).await?;
     Ok(match role {
         Role::Head => {
             // Watchers of the new head must not see a view mirrored from an old one.
             shared.view.send_replace(ClusterView { head_node: shared.spec.node.clone(), ..Default::default() });
             let head = shared.become_head();
-            head::run(shared, head, ip, prepared, t0, &rounds.dropped).await
+            head::run(shared, mesh, head, ip, prepared, t0, &rounds.dropped).await
         }
         Role::Follower(h) => {
             shared.role.send_replace(Role::Follower(h.clone()));

@@ -11,7 +11,6 @@ use tokio::sync::{watch, Mutex};
 
 use super::cluster::{ClusterView, NodeState};
 use super::launcher::{Launcher, RayNode};
-use super::mesh::tls::MeshTls;
 use crate::fault::Fault;
 use crate::job::JobSpec;
 use crate::runtime::{self, ContainerRuntime};
@@ -78,10 +77,6 @@ pub struct Shared {
     pub spec: JobSpec,
     pub runtime: Box<dyn ContainerRuntime>,
     pub launcher: Arc<dyn Launcher>,
-    /// The job's mesh identity (derived from the job's secret).
-    pub tls: Arc<MeshTls>,
-    /// The mesh's listening socket, when root bound it for this agent.
-    pub mesh_socket: std::sync::Mutex<Option<std::net::TcpListener>>,
     pub role: watch::Sender<Role>,
     pub view: watch::Sender<ClusterView>,
     pub node_state: watch::Sender<NodeState>,
@@ -105,13 +100,10 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(spec: JobSpec, job_secret: &str, launcher: Arc<dyn Launcher>) -> Result<Shared, Fault> {
-        let tls = MeshTls::from_job_secret(job_secret).map_err(Fault::Node)?;
-        Ok(Shared {
+    pub fn new(spec: JobSpec, launcher: Arc<dyn Launcher>) -> Shared {
+        Shared {
             runtime: runtime::from_config(&spec.config),
             launcher,
-            tls: Arc::new(tls),
-            mesh_socket: std::sync::Mutex::new(None),
             role: watch::channel(Role::Undecided).0,
             view: watch::channel(ClusterView::default()).0,
             node_state: watch::channel(NodeState::Starting("electing a head".into())).0,
@@ -124,7 +116,7 @@ impl Shared {
             image_ray: std::sync::Mutex::new(None),
             node_set: OnceLock::new(),
             spec,
-        })
+        }
     }
 
     pub fn set_state(&self, s: NodeState) {

@@ -148,8 +148,7 @@ mod tests {
 
     /// The head of n1, n2, n3 (all three needed), its Ray up.
     fn head_of_three() -> (Shared, Arc<HeadCluster>) {
-        let shared = Shared::new(simulated_spec(11, &["n1", "n2", "n3"], 0), &"t".repeat(64), Arc::new(NoopLauncher));
-        let shared = shared.unwrap();
+        let shared = Shared::new(simulated_spec(11, &["n1", "n2", "n3"], 0), Arc::new(NoopLauncher));
         let head = shared.become_head();
         publish(&shared, |v| {
             v.head_node = "n1".into();

@@ -13,7 +13,7 @@ use tracing::{info, warn};
 use super::cluster::{ClusterView, NodeState, Phase};
 use super::election::address_of;
 use super::launcher::Event;
-use super::mesh::{self, Peer, Views, WatchRefused};
+use super::mesh::{Mesh, Peer, Views, WatchRefused};
 use super::node_ray::{job_notice, launch, start_ray, stop_ray};
 use super::part::{End, Prepared};
 use super::ray::{self, NodePorts};
@@ -77,7 +77,7 @@ pub async fn run(shared: &Arc<Shared>, ip: IpAddr, mut head: Peer, head_node: St
 /// at once. Otherwise they wait on for a cluster that cannot come, and
 /// Slurm, whose kill of a step still in its SPANK hooks waits up to two
 /// minutes, keeps the job completing that long.
-pub async fn leave(shared: &Shared) {
+pub async fn leave(shared: &Shared, mesh: &Mesh) {
     if matches!(*shared.node_state.borrow(), NodeState::Ready) {
         return;
     }
@@ -90,7 +90,7 @@ pub async fn leave(shared: &Shared) {
     };
     let tell = async {
         let ip = address_of(&shared.spec, &head).await?;
-        let (mut head, _) = mesh::join(shared, ip).await?;
+        let (mut head, _) = mesh.join(ip).await?;
         head.report(&Err(message)).await.ok()
     };
     match tokio::time::timeout(Duration::from_secs(3), tell).await {
@@ -272,46 +272,41 @@ async fn start_worker_ray(shared: &Shared, ip: IpAddr, ports: &NodePorts) {
 
 #[cfg(test)]
 mod tests {
-    use std::net::IpAddr;
     use std::sync::Arc;
 
     use super::*;
-    use crate::agent::launcher::NoopLauncher;
+    use crate::agent::mesh::served_agent;
     use crate::config::PortRange;
     use crate::job::simulated_spec;
 
     /// An agent of job 4646 on a loopback address, its mesh served.
-    async fn agent(nodes: &[&str], index: usize) -> Arc<Shared> {
+    async fn agent(nodes: &[&str], index: usize) -> (Arc<Shared>, Arc<Mesh>) {
         let mut spec = simulated_spec(4646, nodes, index);
         spec.config.mesh_ports = PortRange::new(47100, 47199).unwrap();
-        let shared = Arc::new(Shared::new(spec, &"t".repeat(64), Arc::new(NoopLauncher)).unwrap());
-        let ip: IpAddr = shared.spec.node.parse().unwrap();
-        let (listener, _) = mesh::bind(ip, &shared.spec.mesh_ports()).await.unwrap();
-        tokio::spawn(mesh::serve(shared.clone(), listener));
-        shared
+        served_agent(spec, &"t".repeat(64)).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn told_to_stop_before_ready_a_worker_tells_its_head_a_head_fails_the_cluster_a_ready_one_says_nothing() {
         let nodes = ["127.0.0.8", "127.0.0.9"];
-        let head = agent(&nodes, 0).await;
+        let (head, head_mesh) = agent(&nodes, 0).await;
         let cluster = head.become_head();
-        let worker = agent(&nodes, 1).await;
+        let (worker, mesh) = agent(&nodes, 1).await;
         worker.role.send_replace(Role::Follower("127.0.0.8".into()));
 
         worker.set_state(NodeState::Ready);
-        leave(&worker).await;
+        leave(&worker, &mesh).await;
         assert!(cluster.reports.lock().await.is_empty(), "a ready worker's stop is the job's normal end");
 
         worker.set_state(NodeState::Starting("joining".into()));
-        leave(&worker).await;
+        leave(&worker, &mesh).await;
         let got = cluster.reports.lock().await.get("127.0.0.9").cloned();
         assert!(
             matches!(&got, Some(Err(f)) if f.to_string().contains("Slurm is ending the job on 127.0.0.9")),
             "the head recorded {got:?}"
         );
 
-        leave(&head).await;
+        leave(&head, &head_mesh).await;
         let phase = head.view.borrow().phase.clone();
         assert!(
             matches!(&phase, Phase::Failed(f) if f.to_string().contains("Slurm is ending the job on 127.0.0.8")),

@@ -5,6 +5,10 @@
 //! job's key; before that, `admit.rs` bounds what it may cost. Every worker's
 //! agent joins the head's, watches the cluster view it publishes, and
 //! reports when its own Ray node joined.
+//!
+//! The mesh depends on the agent's state (`Shared`, `cluster.rs`), never the
+//! reverse: this agent's end of it (`Mesh`: the job's key, the socket) is
+//! made beside `Shared` and handed to the parts that call peers.
 // tonic's handlers and streams return `tonic::Status`, which is large.
 #![allow(clippy::result_large_err)]
 pub mod admit;
@@ -33,6 +37,7 @@ use super::cluster::{ClusterView, JoinAnswer, NodeState, PeerRole};
 use super::state::{Role, Shared};
 use super::view;
 use crate::fault::Fault;
+use crate::job::JobSpec;
 use tls::MeshTls;
 
 /// The generated protobuf types: only `mesh/` uses them (`wire.rs` converts).
@@ -41,7 +46,7 @@ mod pb {
 }
 
 use pb::mesh_client::MeshClient;
-use pb::mesh_server::{Mesh, MeshServer};
+use pb::mesh_server::{Mesh as MeshRpc, MeshServer};
 
 /// The largest request an authenticated peer may send (they are a few
 /// dozen bytes).
@@ -70,11 +75,94 @@ pub async fn bind(ip: IpAddr, ports: &[u16]) -> anyhow::Result<(TcpListener, u16
     anyhow::bail!("none of this job's mesh ports {ports:?} is free on {ip}; widen mesh_ports in syndeo.toml")
 }
 
-/// Serves the mesh on `listener` until the agent ends.
-pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+/// This agent's end of the job's mesh: the job's identity (its key, derived
+/// from the job's secret), who this agent is in its calls, and the listening
+/// socket root bound for it, if any.
+pub struct Mesh {
+    tls: MeshTls,
+    job_id: u32,
+    node: String,
+    ports: Vec<u16>,
+    /// The socket root bound for this agent, until `listener` takes it.
+    socket: std::sync::Mutex<Option<std::net::TcpListener>>,
+}
+
+impl Mesh {
+    /// The mesh of `spec`'s job for its node; `socket`: the listening socket
+    /// root bound for it (None: simulated nodes and tests bind their own).
+    pub fn new(spec: &JobSpec, job_secret: &str, socket: Option<std::net::TcpListener>) -> Result<Mesh, Fault> {
+        Ok(Mesh {
+            tls: MeshTls::from_job_secret(job_secret).map_err(Fault::Node)?,
+            job_id: spec.cluster(),
+            node: spec.node.clone(),
+            ports: spec.mesh_ports(),
+            socket: std::sync::Mutex::new(socket),
+        })
+    }
+
+    /// The socket root bound for this agent's mesh, or (simulated nodes) the
+    /// first of the job's ports free on `ip`. Its errors are said as they are.
+    pub async fn listener(&self, ip: IpAddr) -> Result<TcpListener, Fault> {
+        let inherited = self.socket.lock().expect("not poisoned").take();
+        match inherited {
+            Some(l) => {
+                l.set_nonblocking(true).map_err(|e| Fault::user(e.to_string()))?;
+                TcpListener::from_std(l).map_err(|e| Fault::user(e.to_string()))
+            }
+            None => Ok(bind(ip, &self.ports).await.map_err(|e| Fault::user(e.to_string()))?.0),
+        }
+    }
+
+    /// A channel to a peer's agent, over the job's mutual TLS: it is made only
+    /// if the peer proves it holds the job's key. HTTP/2 keepalives make a peer
+    /// that went silent (its node or link down) an error within seconds, not a
+    /// stream that waits forever.
+    async fn connect(&self, addr: SocketAddr) -> Option<MeshClient<Channel>> {
+        let client = self.tls.client.clone();
+        let connector = tower::service_fn(move |_: Uri| {
+            let client = client.clone();
+            async move {
+                let tcp = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await??;
+                tcp.set_nodelay(true)?;
+                let handshake = TlsConnector::from(client).connect(MeshTls::server_name(), tcp);
+                let stream = tokio::time::timeout(admit::HANDSHAKE_TIMEOUT, handshake).await??;
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            }
+        });
+        let ep = Endpoint::from_shared(format!("http://{addr}"))
+            .ok()?
+            .http2_keep_alive_interval(Duration::from_secs(2))
+            .keep_alive_timeout(Duration::from_secs(4))
+            .keep_alive_while_idle(true);
+        let ch = tokio::time::timeout(Duration::from_secs(2), ep.connect_with_connector(connector)).await.ok()?.ok()?;
+        Some(MeshClient::new(ch))
+    }
+
+    /// Asks the job's agent on `ip` who the head is, trying the job's ports in
+    /// order. None: no agent of this job answers there (yet); a port held by
+    /// anything else (another job's agent, another service) fails the handshake.
+    pub async fn join(&self, ip: IpAddr) -> Option<(Peer, JoinAnswer)> {
+        let (job_id, node) = (self.job_id, self.node.clone());
+        for &port in &self.ports {
+            let Some(mut client) = self.connect(SocketAddr::new(ip, port)).await else { continue };
+            let req = pb::JoinRequest { job_id, node: node.clone() };
+            if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(2), client.join(req)).await {
+                return Some((Peer { client, job_id, node }, wire::decode_join(reply.into_inner())));
+            }
+        }
+        None
+    }
+
+    /// Serves the mesh from `shared` on `listener` until the agent ends.
+    pub async fn serve(self: Arc<Self>, shared: Arc<Shared>, listener: TcpListener) {
+        serve(TlsAcceptor::from(self.tls.server.clone()), shared, listener).await
+    }
+}
+
+async fn serve(acceptor: TlsAcceptor, shared: Arc<Shared>, listener: TcpListener) {
     let (tx, rx) = mpsc::channel::<io::Result<admit::MeshConn>>(64);
     let limits = admit::Limits::for_nodes(shared.spec.nodes.len());
-    tokio::spawn(admit::accept_loop(listener, TlsAcceptor::from(shared.tls.server.clone()), tx, limits));
+    tokio::spawn(admit::accept_loop(listener, acceptor, tx, limits));
     let svc = MeshServer::new(MeshService { shared }).max_decoding_message_size(MAX_MESSAGE);
     if let Err(e) = Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(2)))
@@ -108,7 +196,7 @@ impl MeshService {
 type ViewStream = Pin<Box<dyn Stream<Item = Result<pb::ClusterView, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl Mesh for MeshService {
+impl MeshRpc for MeshService {
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
         let r = req.get_ref();
         self.check(r.job_id, &r.node)?;
@@ -163,46 +251,6 @@ impl Mesh for MeshService {
     }
 }
 
-/// A channel to a peer's agent, over the job's mutual TLS: it is made only
-/// if the peer proves it holds the job's key. HTTP/2 keepalives make a peer
-/// that went silent (its node or link down) an error within seconds, not a
-/// stream that waits forever.
-pub async fn connect(shared: &Shared, addr: SocketAddr) -> Option<MeshClient<Channel>> {
-    let tls = shared.tls.clone();
-    let connector = tower::service_fn(move |_: Uri| {
-        let tls = tls.clone();
-        async move {
-            let tcp = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await??;
-            tcp.set_nodelay(true)?;
-            let handshake = TlsConnector::from(tls.client.clone()).connect(MeshTls::server_name(), tcp);
-            let stream = tokio::time::timeout(admit::HANDSHAKE_TIMEOUT, handshake).await??;
-            Ok::<_, io::Error>(TokioIo::new(stream))
-        }
-    });
-    let ep = Endpoint::from_shared(format!("http://{addr}"))
-        .ok()?
-        .http2_keep_alive_interval(Duration::from_secs(2))
-        .keep_alive_timeout(Duration::from_secs(4))
-        .keep_alive_while_idle(true);
-    let ch = tokio::time::timeout(Duration::from_secs(2), ep.connect_with_connector(connector)).await.ok()?.ok()?;
-    Some(MeshClient::new(ch))
-}
-
-/// Asks the job's agent on `ip` who the head is, trying the job's ports in
-/// order. None: no agent of this job answers there (yet); a port held by
-/// anything else (another job's agent, another service) fails the handshake.
-pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(Peer, JoinAnswer)> {
-    let (job_id, node) = (shared.spec.cluster(), shared.spec.node.clone());
-    for port in shared.spec.mesh_ports() {
-        let Some(mut client) = connect(shared, SocketAddr::new(ip, port)).await else { continue };
-        let req = pb::JoinRequest { job_id, node: node.clone() };
-        if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(2), client.join(req)).await {
-            return Some((Peer { client, job_id, node }, wire::decode_join(reply.into_inner())));
-        }
-    }
-    None
-}
-
 /// This agent's connection to a peer's agent (a worker's, to its head),
 /// made by `join`.
 pub struct Peer {
@@ -247,6 +295,18 @@ impl Views {
     pub async fn next(&mut self) -> Option<ClusterView> {
         self.0.message().await.ok().flatten().map(ClusterView::from)
     }
+}
+
+/// Tests: an agent of `spec`'s node with the no-op launcher, its mesh
+/// served on the node's (loopback) address.
+#[cfg(test)]
+pub async fn served_agent(spec: JobSpec, job_secret: &str) -> (Arc<Shared>, Arc<Mesh>) {
+    let mesh = Arc::new(Mesh::new(&spec, job_secret, None).expect("a mesh identity"));
+    let ip: IpAddr = spec.node.parse().expect("a loopback address");
+    let shared = Arc::new(Shared::new(spec, Arc::new(super::launcher::NoopLauncher)));
+    let listener = mesh.listener(ip).await.expect("a free mesh port");
+    tokio::spawn(mesh.clone().serve(shared.clone(), listener));
+    (shared, mesh)
 }
 
 #[cfg(test)]
