@@ -15,11 +15,15 @@ use crate::fault::Fault;
 use crate::job::JobSpec;
 use crate::runtime::{self, ContainerRuntime};
 
-/// This node's part in the election.
+/// This node's part in the election: the election's states, beside the
+/// cluster's own (`cluster::Phase`, in the view).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Role {
+    /// Electing a head (first, or again after the head dropped out).
     Undecided,
+    /// This node is the head (its `HeadCluster`: `Shared::head`).
     Head,
+    /// This node follows that head: a worker.
     Follower(String),
     /// It was head, and its Ray failed before the cluster was ready: the
     /// others elect again without it, and it rejoins as a worker.
