@@ -4,6 +4,9 @@
 //! admins' to mend; its message starts with "node fault:".
 use std::fmt;
 
+/// What a node fault's message starts with.
+pub const NODE_FAULT: &str = "node fault: ";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
     /// The job's user can fix it.
@@ -38,7 +41,7 @@ impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Fault::User(m) => f.write_str(m),
-            Fault::Node(m) => write!(f, "node fault: {m}"),
+            Fault::Node(m) => write!(f, "{NODE_FAULT}{m}"),
         }
     }
 }

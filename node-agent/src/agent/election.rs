@@ -9,12 +9,13 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
-use tonic::transport::Channel;
+use anyhow::Result;
 use tracing::info;
 
-use super::mesh::{self, pb::join_reply::Role as PbRole, pb::mesh_client::MeshClient};
+use super::cluster::{JoinAnswer, PeerRole};
+use super::mesh::{Mesh, Peer};
 use super::state::{Role, Shared};
+use crate::fault::Fault;
 
 /// Where `node`'s agent listens: Slurm's NodeAddr for it (which root bound
 /// the mesh socket on), else whatever its name resolves to.
@@ -44,10 +45,11 @@ pub async fn resolve(node: &str) -> Result<IpAddr> {
 /// election gives up at `give_up`.
 pub async fn elect(
     shared: &Shared,
+    mesh: &Mesh,
     round: Instant,
     give_up: Instant,
     passed: &mut BTreeSet<String>,
-) -> Result<(Role, Option<MeshClient<Channel>>)> {
+) -> Result<(Role, Option<Peer>), Fault> {
     let spec = &shared.spec;
     let head_timeout = Duration::from_secs(spec.config.head_timeout);
     // A node passed over itself (it stepped down, or its agent was
@@ -58,7 +60,8 @@ pub async fn elect(
     let mut k = 0usize;
     loop {
         if Instant::now() > give_up {
-            bail!("no head was found within the start-up timeout ({} s)", spec.config.startup_timeout);
+            let timeout = spec.config.startup_timeout;
+            return Err(Fault::user(format!("no head was found within the start-up timeout ({timeout} s)")));
         }
         if k >= candidates.len() {
             if !out {
@@ -77,31 +80,29 @@ pub async fn elect(
         let window_end = round + head_timeout * (k as u32 + 1);
         let ip = address_of(spec, node).await;
         match match ip {
-            Some(ip) => mesh::join(shared, ip).await,
+            Some(ip) => mesh.join(ip).await,
             None => None,
         } {
             // Rejoining (after a restart, or a step down): the cluster may
             // have failed meanwhile, and then no head will come.
-            Some((_, reply)) if out && !reply.failed.is_empty() => {
-                bail!("{}", reply.failed)
-            }
-            Some((client, reply)) => match reply.role() {
-                PbRole::Head => {
+            Some((_, JoinAnswer { failed: Some(failed), .. })) if out => return Err(failed),
+            Some((peer, reply)) => match reply.role {
+                PeerRole::Head => {
                     info!(head = %node, "following head");
-                    return Ok((Role::Follower(node.clone()), Some(client)));
+                    return Ok((Role::Follower(node.clone()), Some(peer)));
                 }
-                PbRole::Follower => match candidates.iter().position(|&c| spec.nodes[c] == reply.head_node) {
-                    Some(h) if !passed.contains(&reply.head_node) => k = h,
+                PeerRole::Follower(head) => match candidates.iter().position(|&c| spec.nodes[c] == head) {
+                    Some(h) if !passed.contains(&head) => k = h,
                     // It follows a head that dropped out (and will elect
                     // again), or a higher-ranked node: ask again shortly.
                     _ => tokio::time::sleep(Duration::from_millis(100)).await,
                 },
-                PbRole::SteppedDown => {
+                PeerRole::SteppedDown => {
                     info!(node = %node, "its Ray failed as head; passing over it");
                     passed.insert(node.clone());
                     k += 1;
                 }
-                PbRole::Undecided => tokio::time::sleep(Duration::from_millis(50)).await,
+                PeerRole::Undecided => tokio::time::sleep(Duration::from_millis(50)).await,
             },
             None if Instant::now() >= window_end => {
                 info!(node = %node, "no answer within its window; passing over it");
@@ -119,9 +120,27 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::agent::launcher::NoopLauncher;
+    use crate::agent::mesh::served_agent;
     use crate::config::PortRange;
     use crate::job::simulated_spec;
+
+    /// Agents `which` of job `job` on `nodes`, their meshes served.
+    async fn agents(
+        job: u32,
+        nodes: &[&str],
+        which: std::ops::Range<usize>,
+        head_timeout: u64,
+        ports: (u16, u16),
+    ) -> Vec<(Arc<Shared>, Arc<Mesh>)> {
+        let mut agents = Vec::new();
+        for i in which {
+            let mut spec = simulated_spec(job, nodes, i);
+            spec.config.head_timeout = head_timeout;
+            spec.config.mesh_ports = PortRange::new(ports.0, ports.1).unwrap();
+            agents.push(served_agent(spec, &"t".repeat(64)).await);
+        }
+        agents
+    }
 
     /// Real agents' meshes on loopback addresses (127.0.0.2-4 as three nodes).
     /// The first node's agent never starts: the second passes over it once its
@@ -129,25 +148,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_head_that_never_answers_is_passed_over_and_all_agree_on_the_next() {
         let nodes = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
-        let agents: Vec<Arc<Shared>> = (1..3)
-            .map(|i| {
-                let mut spec = simulated_spec(4242, &nodes, i);
-                spec.config.head_timeout = 1;
-                spec.config.mesh_ports = PortRange::new(47000, 47099).unwrap();
-                Arc::new(Shared::new(spec, &"t".repeat(64), Arc::new(NoopLauncher)).unwrap())
-            })
-            .collect();
-        for a in &agents {
-            let ip: IpAddr = a.spec.node.parse().unwrap();
-            let (listener, _) = mesh::bind(ip, &a.spec.mesh_ports()).await.unwrap();
-            tokio::spawn(mesh::serve(a.clone(), listener));
-        }
+        let agents = agents(4242, &nodes, 1..3, 1, (47000, 47099)).await;
         let started = Instant::now();
-        let elections = agents.iter().map(|a| {
-            let a = a.clone();
+        let elections = agents.iter().map(|(a, mesh)| {
+            let (a, mesh) = (a.clone(), mesh.clone());
             tokio::spawn(async move {
                 let give_up = started + Duration::from_secs(60);
-                let (role, _) = elect(&a, started, give_up, &mut BTreeSet::new()).await.unwrap();
+                let (role, _) = elect(&a, &mesh, started, give_up, &mut BTreeSet::new()).await.unwrap();
                 a.role.send_replace(role.clone());
                 role
             })
@@ -167,29 +174,18 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn after_the_head_steps_down_all_agree_on_the_next_one_and_it_rejoins_as_a_follower() {
         let nodes = ["127.0.0.5", "127.0.0.6", "127.0.0.7"];
-        let agents: Vec<Arc<Shared>> = (0..3)
-            .map(|i| {
-                let mut spec = simulated_spec(4343, &nodes, i);
-                spec.config.head_timeout = 30;
-                spec.config.mesh_ports = PortRange::new(47100, 47199).unwrap();
-                Arc::new(Shared::new(spec, &"t".repeat(64), Arc::new(NoopLauncher)).unwrap())
-            })
-            .collect();
-        agents[0].role.send_replace(Role::SteppedDown);
-        for a in &agents {
-            let ip: IpAddr = a.spec.node.parse().unwrap();
-            let (listener, _) = mesh::bind(ip, &a.spec.mesh_ports()).await.unwrap();
-            tokio::spawn(mesh::serve(a.clone(), listener));
-        }
+        let agents = agents(4343, &nodes, 0..3, 30, (47100, 47199)).await;
+        agents[0].0.role.send_replace(Role::SteppedDown);
         let started = Instant::now();
-        let elections = agents.iter().enumerate().map(|(i, a)| {
-            let a = a.clone();
+        let elections = agents.iter().enumerate().map(|(i, (a, mesh))| {
+            let (a, mesh) = (a.clone(), mesh.clone());
             tokio::spawn(async move {
                 let mut passed = BTreeSet::new();
                 if i < 2 {
                     passed.insert("127.0.0.5".to_string());
                 }
-                let (role, _) = elect(&a, started, started + Duration::from_secs(60), &mut passed).await.unwrap();
+                let give_up = started + Duration::from_secs(60);
+                let (role, _) = elect(&a, &mesh, started, give_up, &mut passed).await.unwrap();
                 a.role.send_replace(role.clone());
                 (role, passed)
             })

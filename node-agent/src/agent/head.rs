@@ -9,34 +9,47 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use super::cluster::Phase;
 use super::election::address_of;
 use super::launcher::Event;
-use super::mesh::{self, pb::cluster_view::Phase};
+use super::mesh::Mesh;
 use super::node_ray::{job_notice, start_ray, started, StartFailure};
 use super::part::{Dropped, End, Prepared};
 use super::ports;
 use super::ray::{self, HeadPorts, NodePorts};
-use super::state::Shared;
+use super::state::{HeadCluster, Settle, Shared};
 use super::view::{self, publish, publish_failure};
+use crate::fault::Fault;
+use crate::job::JobSpec;
 
-pub async fn run(shared: &Arc<Shared>, ip: IpAddr, prepared: Prepared, t0: Instant, dropped: &Dropped) -> End {
+/// The head's part, with what it keeps for its workers (`head`).
+pub async fn run(
+    shared: &Arc<Shared>,
+    mesh: &Mesh,
+    head: Arc<HeadCluster>,
+    ip: IpAddr,
+    prepared: Prepared,
+    t0: Instant,
+    dropped: &Dropped,
+) -> End {
     let (mut events, ports) = match prepared {
         Ok(p) => p,
-        Err(f) => return fail(shared, format!("{} (head): {f}", shared.spec.node)),
+        // The cluster's message names the node before what its fault says.
+        Err(f) => return fail(shared, Fault::user(format!("{} (head): {f}", shared.spec.node))),
     };
-    if let Err(end) = count_lost_nodes(shared, dropped).await {
+    if let Err(end) = count_lost_nodes(shared, mesh, &head, dropped).await {
         return end;
     }
     let head_ports = match take_office(shared, ip, &ports, dropped).await {
         Ok(p) => p,
         Err(end) => return end,
     };
-    if let Err(end) = start_head(shared, ip, &head_ports, &ports, &mut events, t0).await {
+    if let Err(end) = start_head(shared, &head, ip, &head_ports, &ports, &mut events, t0).await {
         return end;
     }
     let deadline = t0 + Duration::from_secs(shared.spec.config.startup_timeout);
-    let deadline = tokio::spawn(fail_at_deadline(shared.clone(), deadline));
-    let settle = tokio::spawn(settle(shared.clone()));
+    let deadline = tokio::spawn(fail_at_deadline(shared.clone(), head.clone(), deadline));
+    let settle = tokio::spawn(settle(shared.clone(), head));
     let end = watch_own_ray(shared, events).await;
     deadline.abort();
     settle.abort();
@@ -51,9 +64,11 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(20);
 /// them all active; by then every node's resources reached the GCS, and the
 /// schedulers spread over all of them. Then the cluster is Ready. If Ray's
 /// status lags past `SETTLE_LIMIT`, it is Ready anyway (logged): Ray works.
-async fn settle(shared: Arc<Shared>) {
-    shared.all_joined.notified().await;
-    let joined = view::joined(&*shared.reports.lock().await);
+async fn settle(shared: Arc<Shared>, head: Arc<HeadCluster>) {
+    if head.settle.subscribe().wait_for(|s| *s != Settle::Joining).await.is_err() {
+        return;
+    }
+    let joined = view::joined(&*head.reports.lock().await);
     let gcs = shared.view.borrow().gcs_address.clone();
     let t = Instant::now();
     let answer = match shared.ray.lock().await.as_mut() {
@@ -64,22 +79,25 @@ async fn settle(shared: Arc<Shared>) {
         Ok(n) => info!("Ray lists {n} nodes active {:?} after they joined", t.elapsed()),
         Err(why) => warn!("Ray's status does not list the {joined} joined nodes ({why}); ready anyway"),
     }
-    shared.settled.store(true, std::sync::atomic::Ordering::Release);
-    view::recount(&shared).await;
+    head.settle.send_replace(Settle::Settled);
+    view::recount(&shared, &head).await;
 }
 
 /// Nodes whose agent is gone count as failed, unless it is back (its
 /// supervisor restarted it: it rejoins as a worker); too few fails now.
-async fn count_lost_nodes(shared: &Shared, dropped: &Dropped) -> Result<(), End> {
+async fn count_lost_nodes(shared: &Shared, mesh: &Mesh, head: &HeadCluster, dropped: &Dropped) -> Result<(), End> {
     let spec = &shared.spec;
     let mut lost: Vec<(&String, &String)> =
         dropped.iter().filter(|(_, (is_lost, _))| *is_lost).map(|(n, (_, why))| (n, why)).collect();
     if spec.nodes.len() - lost.len() < spec.min_nodes() {
-        lost = still_lost(shared, lost).await;
+        lost = still_lost(&shared.spec, mesh, lost).await;
     }
-    let mut reports = shared.reports.lock().await;
+    let mut reports = head.reports.lock().await;
     for (n, why) in &lost {
-        reports.insert(n.to_string(), Err(format!("its agent was lost before the cluster was ready ({why})")));
+        reports.insert(
+            n.to_string(),
+            Err(Fault::user(format!("its agent was lost before the cluster was ready ({why})"))),
+        );
     }
     drop(reports);
     if spec.nodes.len() - lost.len() >= spec.min_nodes() {
@@ -88,13 +106,13 @@ async fn count_lost_nodes(shared: &Shared, dropped: &Dropped) -> Result<(), End>
     let each: Vec<String> = lost.iter().map(|(n, why)| format!("{n}: {why}")).collect();
     Err(fail(
         shared,
-        format!(
+        Fault::user(format!(
             "only {} of the job's {} nodes are left and the cluster needs {} (min_nodes): {}",
             spec.nodes.len() - lost.len(),
             spec.nodes.len(),
             spec.min_nodes(),
             each.join("; ")
-        ),
+        )),
     ))
 }
 
@@ -104,12 +122,16 @@ const REJOIN_GRACE: Duration = Duration::from_secs(5);
 
 /// The nodes of `lost` whose agent has not answered the mesh again within
 /// `REJOIN_GRACE`.
-async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>) -> Vec<(&'a String, &'a String)> {
+async fn still_lost<'a>(
+    spec: &JobSpec,
+    mesh: &Mesh,
+    mut lost: Vec<(&'a String, &'a String)>,
+) -> Vec<(&'a String, &'a String)> {
     let until = Instant::now() + REJOIN_GRACE;
     while !lost.is_empty() && Instant::now() < until {
         let mut left = Vec::new();
         for (n, why) in lost {
-            let answer = async { mesh::join(shared, address_of(&shared.spec, n).await?).await };
+            let answer = async { mesh.join(address_of(spec, n).await?).await };
             let left_time = until.saturating_duration_since(Instant::now());
             if matches!(tokio::time::timeout(left_time, answer).await, Ok(Some(_))) {
                 info!(node = %n, "its agent answers again; it will rejoin as a worker");
@@ -129,15 +151,16 @@ async fn still_lost<'a>(shared: &Shared, mut lost: Vec<(&'a String, &'a String)>
 /// a notice in the job's stderr for each head that dropped out before.
 async fn take_office(shared: &Shared, ip: IpAddr, ports: &NodePorts, dropped: &Dropped) -> Result<HeadPorts, End> {
     let spec = &shared.spec;
-    let token = crate::secret::random_token().map_err(|e| fail(shared, format!("node fault: no random token: {e}")))?;
+    let token =
+        crate::secret::random_token().map_err(|e| fail(shared, Fault::node(format!("no random token: {e}"))))?;
     let job = shared.launcher.slurm_job(spec.cluster()).await;
-    let head_ports = HeadPorts::pick(spec, ports).map_err(|e| fail(shared, format!("no free port on {ip}: {e}")))?;
+    let head_ports =
+        HeadPorts::pick(spec, ports).map_err(|e| fail(shared, Fault::user(format!("no free port on {ip}: {e}"))))?;
     publish(shared, |v| {
-        v.set_phase(Phase::Starting);
+        v.phase = Phase::Starting;
         v.head_node = spec.node.clone();
         v.gcs_address.clear();
         v.ready_nodes.clear();
-        v.message.clear();
         v.ray_token = token;
         v.memory_mb = job.memory_mb.into_iter().collect();
         v.job_stderr = job.stderr.unwrap_or_default();
@@ -157,6 +180,7 @@ async fn take_office(shared: &Shared, ip: IpAddr, ports: &NodePorts, dropped: &D
 /// image's: the cluster fails (every node would fail the same way).
 async fn start_head(
     shared: &Shared,
+    head: &HeadCluster,
     ip: IpAddr,
     head_ports: &HeadPorts,
     ports: &NodePorts,
@@ -166,9 +190,9 @@ async fn start_head(
     let spec = &shared.spec;
     let own_memory = spec.cgroup.memory_mb.or_else(|| shared.view.borrow().memory_mb.get(&spec.node).copied());
     let args = ray::head_args(spec, ip, head_ports, ports, own_memory);
-    start_ray(shared, ip, &args, ports).await.map_err(|f| fail(shared, f.to_string()))?;
+    start_ray(shared, ip, &args, ports).await.map_err(|f| fail(shared, f))?;
     if let Err(f) = head_started(shared, ip, head_ports.gcs, events, t0).await {
-        return Err(if f.loaded { step_down(shared, f.message) } else { fail(shared, f.message) });
+        return Err(if f.loaded { step_down(shared, f.message) } else { fail(shared, Fault::user(f.message)) });
     }
     info!("Ray head started in {:?}", t0.elapsed());
     let note = dashboard_note(shared);
@@ -177,9 +201,9 @@ async fn start_head(
             None => v.dashboard_url = format!("http://{ip}:{}", head_ports.dashboard),
             Some(why) => v.dashboard_note = why.clone(),
         }
-        v.set_phase(Phase::HeadReady);
+        v.phase = Phase::HeadReady;
     });
-    view::recount(shared).await;
+    view::recount(shared, head).await;
     Ok(())
 }
 
@@ -255,9 +279,9 @@ async fn own_listener(ip: IpAddr, port: u16) -> Result<(), String> {
     }
 }
 
-fn fail(shared: &Shared, msg: String) -> End {
-    publish_failure(shared, &msg);
-    End::Failed(msg)
+fn fail(shared: &Shared, fault: Fault) -> End {
+    publish_failure(shared, &fault);
+    End::Failed(fault)
 }
 
 /// This head's Ray failed before the cluster was ready: the workers elect
@@ -265,18 +289,17 @@ fn fail(shared: &Shared, msg: String) -> End {
 fn step_down(shared: &Shared, why: String) -> End {
     warn!("stepping down as head: {why}");
     publish(shared, |v| {
-        v.set_phase(Phase::Reelect);
+        v.phase = Phase::Reelect(why.clone());
         v.gcs_address.clear();
-        v.message = why.clone();
     });
     End::Reelect { head: shared.spec.node.clone(), lost: false, why }
 }
 
 /// The cluster must be ready by the start-up deadline.
-async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
+async fn fail_at_deadline(shared: Arc<Shared>, head: Arc<HeadCluster>, deadline: Instant) {
     tokio::time::sleep_until(deadline.into()).await;
-    let reports = shared.reports.lock().await;
-    let phase = shared.view.borrow().phase();
+    let reports = head.reports.lock().await;
+    let phase = shared.view.borrow().phase.clone();
     if !matches!(phase, Phase::Starting | Phase::HeadReady) {
         return;
     }
@@ -293,7 +316,7 @@ async fn fail_at_deadline(shared: Arc<Shared>, deadline: Instant) {
         missing
     );
     drop(reports);
-    fail(&shared, msg);
+    fail(&shared, Fault::user(msg));
 }
 
 /// After start: the head's Ray dying before the cluster is ready makes it
@@ -302,11 +325,11 @@ async fn watch_own_ray(shared: &Shared, mut events: mpsc::Receiver<Event>) -> En
     while let Some(ev) = events.recv().await {
         if matches!(ev, Event::Died | Event::Exited) {
             let (node, tail) = (&shared.spec.node, ray::log_tail(&shared.spec, 3));
-            if shared.view.borrow().phase() != Phase::Ready {
+            if shared.view.borrow().phase != Phase::Ready {
                 return step_down(shared, format!("the Ray head on {node} ended: {tail}"));
             }
             warn!("this node's Ray ended while the job ran");
-            return fail(shared, format!("the Ray head on {node} ended while the job ran: {tail}"));
+            return fail(shared, Fault::user(format!("the Ray head on {node} ended while the job ran: {tail}")));
         }
     }
     std::future::pending().await

@@ -10,19 +10,19 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use super::cluster::{ClusterView, NodeState};
 use super::election::{elect, resolve};
-use super::mesh;
-use super::mesh::pb::ClusterView;
+use super::mesh::Mesh;
 use super::node_ray::{launch, stop_ray};
 use super::part::{Dropped, End, Prepared};
-use super::state::{NodeState, Role, Shared};
+use super::state::{Role, Shared};
 use super::view::publish_failure;
 use super::{head, worker};
 use crate::fault::Fault;
 
-pub async fn run(shared: Arc<Shared>) {
-    if let Err(msg) = node_part(&shared, Instant::now()).await {
-        shared.fail(msg);
+pub async fn run(shared: Arc<Shared>, mesh: Arc<Mesh>) {
+    if let Err(fault) = node_part(&shared, &mesh, Instant::now()).await {
+        shared.fail(fault);
     }
     // Keep serving job steps (and the mesh) until the epilog stops us.
     std::future::pending::<()>().await;
@@ -38,7 +38,7 @@ struct Rounds {
     dropped: Dropped,
 }
 
-async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
+async fn node_part(shared: &Arc<Shared>, mesh: &Arc<Mesh>, t0: Instant) -> Result<(), Fault> {
     let node = shared.spec.node.clone();
     // Slurm's NodeAddr for this node (root bound the mesh socket there);
     // the name is resolved only where Slurm gave no address.
@@ -56,9 +56,9 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
         shared.role.send_replace(Role::SteppedDown);
         shared.set_state(NodeState::Starting("this node's agent was restarted; it is rejoining the cluster".into()));
     }
-    let listener = mesh_listener(shared, ip).await?;
+    let listener = mesh.listener(ip).await?;
     info!(addr = ?listener.local_addr().ok(), "mesh listening");
-    tokio::spawn(mesh::serve(shared.clone(), listener));
+    tokio::spawn(mesh.clone().serve(shared.clone(), listener));
     // Ray's address: the site's `network`, else NodeAddr as the mesh's. No
     // match fails this node's part as a failed launch does: the head hears why.
     // The node's interfaces (a netlink dump) are read only when rules need them.
@@ -74,47 +74,37 @@ async fn node_part(shared: &Arc<Shared>, t0: Instant) -> Result<(), String> {
     };
     let give_up = t0 + Duration::from_secs(shared.spec.config.startup_timeout);
     loop {
-        let end = elect_and_play(shared, ip, prepared, t0, give_up, &mut rounds).await?;
+        let end = elect_and_play(shared, mesh, ip, prepared, t0, give_up, &mut rounds).await?;
         let (head, lost, why) = match end {
-            End::Failed(m) => return Err(m),
+            End::Failed(fault) => return Err(fault),
             End::Reelect { head, lost, why } => (head, lost, why),
         };
         prepared = prepare_next_round(shared, ip, &mut rounds, head, lost, why).await?;
     }
 }
 
-/// The socket root bound for this agent's mesh, or (simulated nodes) the
-/// first of the job's ports free on `ip`.
-async fn mesh_listener(shared: &Shared, ip: IpAddr) -> Result<tokio::net::TcpListener, String> {
-    let inherited = shared.mesh_socket.lock().expect("not poisoned").take();
-    match inherited {
-        Some(l) => {
-            l.set_nonblocking(true).map_err(|e| e.to_string())?;
-            tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())
-        }
-        None => Ok(mesh::bind(ip, &shared.spec.mesh_ports()).await.map_err(|e| e.to_string())?.0),
-    }
-}
-
 /// One election, and this node's part as its outcome says.
 async fn elect_and_play(
     shared: &Arc<Shared>,
+    mesh: &Mesh,
     ip: IpAddr,
     prepared: Prepared,
     t0: Instant,
     give_up: Instant,
     rounds: &mut Rounds,
-) -> Result<End, String> {
-    let (role, head_client) =
-        elect(shared, rounds.round, give_up, &mut rounds.passed).await.map_err(|e| e.to_string())?;
-    if role == Role::Head {
-        // Watchers of the new head must not see a view mirrored from an old one.
-        shared.view.send_replace(ClusterView { head_node: shared.spec.node.clone(), ..Default::default() });
-    }
-    shared.role.send_replace(role.clone());
+) -> Result<End, Fault> {
+    let (role, head_client) = elect(shared, mesh, rounds.round, give_up, &mut rounds.passed).await?;
     Ok(match role {
-        Role::Head => head::run(shared, ip, prepared, t0, &rounds.dropped).await,
-        Role::Follower(h) => worker::run(shared, ip, head_client.expect("a follower has a client"), h, prepared).await,
+        Role::Head => {
+            // Watchers of the new head must not see a view mirrored from an old one.
+            shared.view.send_replace(ClusterView { head_node: shared.spec.node.clone(), ..Default::default() });
+            let head = shared.become_head();
+            head::run(shared, mesh, head, ip, prepared, t0, &rounds.dropped).await
+        }
+        Role::Follower(h) => {
+            shared.role.send_replace(Role::Follower(h.clone()));
+            worker::run(shared, ip, head_client.expect("a follower has a client"), h, prepared).await
+        }
         Role::Undecided | Role::SteppedDown => unreachable!("elect decides"),
     })
 }
@@ -128,18 +118,17 @@ async fn prepare_next_round(
     head: String,
     lost: bool,
     why: String,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, Fault> {
     warn!(%head, lost, "the head dropped out before the cluster was ready ({why}); electing again without it");
     rounds.passed.insert(head.clone());
     rounds.dropped.insert(head.clone(), (lost, why));
     if rounds.passed.len() >= shared.spec.nodes.len() {
         let each: Vec<String> = rounds.dropped.iter().map(|(n, (_, why))| format!("{n}: {why}")).collect();
-        let msg = format!("no node could start the Ray head: {}", each.join("; "));
-        publish_failure(shared, &msg);
-        return Err(msg);
+        let fault = Fault::user(format!("no node could start the Ray head: {}", each.join("; ")));
+        publish_failure(shared, &fault);
+        return Err(fault);
     }
     shared.role.send_replace(if head == shared.spec.node { Role::SteppedDown } else { Role::Undecided });
-    shared.set_joined(false);
     shared.set_state(NodeState::Starting(format!("the head {head} dropped out; electing another")));
     stop_ray(shared, Duration::from_secs(2)).await;
     rounds.round = Instant::now();

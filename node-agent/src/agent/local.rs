@@ -12,8 +12,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::warn;
 
+use super::cluster::NodeState;
 use super::ray;
-use super::state::{NodeState, Shared};
+use super::state::Shared;
 use crate::runtime::ContainerSpec;
 
 pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
@@ -73,7 +74,7 @@ async fn wait(shared: &Shared, timeout: Duration) -> WaitReply {
     let state = rx.borrow().clone();
     match state {
         NodeState::Ready => WaitReply::Ready { env: shared.step_env() },
-        NodeState::Failed(error) => WaitReply::Failed { error },
+        NodeState::Failed(fault) => WaitReply::Failed { error: fault.to_string() },
         NodeState::Starting(detail) => WaitReply::Starting { detail },
     }
 }
@@ -84,7 +85,7 @@ fn status(shared: &Shared) -> StatusReply {
     let (state, detail) = match &*shared.node_state.borrow() {
         NodeState::Ready => ("ready", String::new()),
         NodeState::Starting(d) => ("starting", d.clone()),
-        NodeState::Failed(e) => ("failed", e.clone()),
+        NodeState::Failed(fault) => ("failed", fault.to_string()),
     };
     StatusReply {
         job: shared.spec.job_id,

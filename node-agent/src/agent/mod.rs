@@ -8,6 +8,14 @@
 //! `worker`; those use `node_ray` (this node's Ray, through the `launcher`
 //! seam: `container` in production) and `view` (the cluster view). `mesh`
 //! and `local` serve RPCs from `state` and `view`, never from the roles.
+//!
+//! The data, and which way the imports point: `cluster` (the view and its
+//! `Phase`, this node's state: plain data) <- `state` (`Shared`, what the
+//! tasks share; `HeadCluster`, what only a head keeps) <- `view` (publish,
+//! derive, count) <- `mesh` (the only user of the generated protobuf types,
+//! converted in `mesh/wire.rs`) <- the roles. The roles call peers through
+//! `mesh::Mesh` (the job's key, the socket), made beside `Shared`.
+mod cluster;
 mod container;
 mod driver_hook;
 mod election;
@@ -36,10 +44,12 @@ use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::info;
 
+pub use cluster::NodeState;
 pub use container::{ContainerLauncher, LAUNCHER_SCRIPT};
-pub use state::{NodeState, Role, Shared};
+pub use state::{Role, Shared};
 
 use crate::job::JobState;
+use mesh::Mesh;
 
 /// `syndeo-agent serve`, started by the supervisor with the job's state and
 /// the mesh's socket as descriptors. `image`: the image the supervisor
@@ -63,11 +73,11 @@ pub fn serve(image: Option<PathBuf>, restart: Option<(u32, String)>) -> Result<(
     if let Err(e) = driver_hook::install(&spec) {
         tracing::warn!("{e}");
     }
-    let mut shared = Shared::new(spec, &state.secret, Arc::new(ContainerLauncher))?;
+    let mesh = Mesh::new(&spec, &state.secret, mesh_socket)?;
+    let mut shared = Shared::new(spec, Arc::new(ContainerLauncher));
     shared.restart = restart;
-    *shared.mesh_socket.lock().expect("not poisoned") = mesh_socket;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(run_until_stopped(Arc::new(shared)))?;
+    rt.block_on(run_until_stopped(Arc::new(shared), Arc::new(mesh)))?;
     // Ray is stopped; the tasks left (the mesh and local servers) need no wait.
     rt.shutdown_background();
     Ok(())
@@ -87,17 +97,17 @@ fn inherited_mesh_socket() -> Result<Option<std::net::TcpListener>> {
 
 /// Serves the local socket and runs this node's lifecycle until SIGTERM,
 /// then stops Ray.
-async fn run_until_stopped(shared: Arc<Shared>) -> Result<()> {
+async fn run_until_stopped(shared: Arc<Shared>, mesh: Arc<Mesh>) -> Result<()> {
     let spec = &shared.spec;
     info!(job = spec.job_id, node = %spec.node, index = spec.index, restart = ?shared.restart, "agent started");
     let listener = local::bind(&spec.dir().socket())?;
     tokio::spawn(local::serve(shared.clone(), listener));
     let mut term = signal(SignalKind::terminate())?;
-    let life = tokio::spawn(lifecycle::run(shared.clone()));
+    let life = tokio::spawn(lifecycle::run(shared.clone(), mesh.clone()));
     tokio::select! {
         _ = term.recv() => {
             info!("SIGTERM: stopping Ray");
-            worker::leave(&shared).await;
+            worker::leave(&shared, &mesh).await;
         }
         r = life => info!("lifecycle ended: {r:?}"),
     }

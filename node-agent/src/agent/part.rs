@@ -11,8 +11,8 @@ use crate::fault::Fault;
 /// How this node's part as head or worker ended (it runs until then).
 #[derive(Debug)]
 pub enum End {
-    /// The job's cluster failed; the message says why and what to do.
-    Failed(String),
+    /// The job's cluster failed: why, and what to do.
+    Failed(Fault),
     /// Before the cluster was ready, `head` dropped out: its Ray failed (its
     /// agent lives on and rejoins as a worker), or its agent is gone (`lost`).
     /// Elect again without it.
@@ -21,7 +21,7 @@ pub enum End {
 
 impl From<Fault> for End {
     fn from(f: Fault) -> End {
-        End::Failed(f.to_string())
+        End::Failed(f)
     }
 }
 

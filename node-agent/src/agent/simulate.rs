@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cluster::NodeState;
 use super::launcher::Launcher;
 use super::lifecycle;
-use super::mesh::counters;
-use super::state::{NodeState, Shared};
+use super::mesh::{counters, Mesh};
+use super::state::Shared;
 use crate::config::PortRange;
 use crate::job::simulated_spec;
 
@@ -48,12 +49,13 @@ impl Simulation {
             spec.config.startup_timeout = 120;
             spec.config.head_timeout = 5;
             std::fs::create_dir_all(&spec.job_dir)?;
-            let shared = Shared::new(spec, &"b".repeat(64), launcher.clone()).map_err(std::io::Error::other)?;
-            agents.push(Arc::new(shared));
+            let mesh = Mesh::new(&spec, &"b".repeat(64), None).map_err(std::io::Error::other)?;
+            agents.push((Arc::new(Shared::new(spec, launcher.clone())), Arc::new(mesh)));
         }
-        for a in &agents {
-            tokio::spawn(lifecycle::run(a.clone()));
+        for (a, mesh) in &agents {
+            tokio::spawn(lifecycle::run(a.clone(), mesh.clone()));
         }
+        let agents = agents.into_iter().map(|(a, _)| a).collect();
         Ok(Simulation { agents, dir })
     }
 

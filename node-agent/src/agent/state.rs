@@ -1,24 +1,29 @@
 //! What one agent knows and shares between its tasks: the job, its role in
 //! the election, the cluster view (authoritative on the head, a mirror on
-//! workers), this node's own state, and its Ray.
+//! workers), this node's own state, and its Ray; and, on the head only, what
+//! the head keeps for its workers (`HeadCluster`). What a worker keeps is its
+//! driver's own (`worker.rs`).
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{watch, Mutex};
 
+use super::cluster::{ClusterView, NodeState};
 use super::launcher::{Launcher, RayNode};
-use super::mesh::pb::ClusterView;
-use super::mesh::tls::MeshTls;
 use crate::fault::Fault;
 use crate::job::JobSpec;
 use crate::runtime::{self, ContainerRuntime};
 
-/// This node's part in the election.
+/// This node's part in the election: the election's states, beside the
+/// cluster's own (`cluster::Phase`, in the view).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Role {
+    /// Electing a head (first, or again after the head dropped out).
     Undecided,
+    /// This node is the head (its `HeadCluster`: `Shared::head`).
     Head,
+    /// This node follows that head: a worker.
     Follower(String),
     /// It was head, and its Ray failed before the cluster was ready: the
     /// others elect again without it, and it rejoins as a worker.
@@ -37,36 +42,55 @@ impl Role {
     }
 }
 
-/// This node's state as the job's steps see it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum NodeState {
-    Starting(String),
-    Ready,
-    Failed(String),
+/// What only a head keeps, and its mesh serves the workers from; made when
+/// this node becomes head (`Shared::become_head`).
+pub struct HeadCluster {
+    /// What the workers' Watch streams carry, the view without its per-node
+    /// lists (see `ClusterView::ready_hostlist`); it changes only when the
+    /// phase or the cluster's addresses do, a few times per job.
+    pub broadcast: watch::Sender<ClusterView>,
+    /// Each worker's report (Ok, or why its Ray could not join).
+    pub reports: Mutex<BTreeMap<String, Result<(), Fault>>>,
+    /// How far the last step to Ready has come.
+    pub settle: watch::Sender<Settle>,
+}
+
+/// The head's last step to Ready: once enough nodes joined, Ray's own
+/// status is to list them (`head::settle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Not enough nodes joined yet.
+    Joining,
+    /// Enough joined: Ray's status is asked to list them.
+    Listing,
+    /// Ray's status listed them (or the wait gave up): the cluster may be Ready.
+    Settled,
+}
+
+impl HeadCluster {
+    fn new() -> Arc<HeadCluster> {
+        Arc::new(HeadCluster {
+            broadcast: watch::channel(ClusterView::default()).0,
+            reports: Mutex::new(BTreeMap::new()),
+            settle: watch::channel(Settle::Joining).0,
+        })
+    }
 }
 
 pub struct Shared {
     pub spec: JobSpec,
     pub runtime: Box<dyn ContainerRuntime>,
     pub launcher: Arc<dyn Launcher>,
-    /// The job's mesh identity (derived from the job's secret).
-    pub tls: Arc<MeshTls>,
-    /// The mesh's listening socket, when root bound it for this agent.
-    pub mesh_socket: std::sync::Mutex<Option<std::net::TcpListener>>,
     pub role: watch::Sender<Role>,
     pub view: watch::Sender<ClusterView>,
-    /// Head only: what the workers' Watch streams carry, the view without its
-    /// per-node lists (see `ClusterView.ready_hostlist`); it changes only
-    /// when the phase or the cluster's addresses do, a few times per job.
-    pub broadcast: watch::Sender<ClusterView>,
     pub node_state: watch::Sender<NodeState>,
-    /// Head only: each worker's report (Ok, or why its Ray could not join).
-    pub reports: Mutex<BTreeMap<String, Result<(), String>>>,
+    /// Set once this node became head (a head that steps down is passed
+    /// over for good, so there is at most one term); it stays for the
+    /// streams its workers still hold.
+    head: OnceLock<Arc<HeadCluster>>,
     pub ray: Mutex<Option<Box<dyn RayNode>>>,
     /// The job's nodes, for lookups (the head's; made on first use).
     node_set: OnceLock<BTreeSet<String>>,
-    /// Worker: this node's Ray joined the cluster and the head was told so.
-    joined: AtomicBool,
     /// This agent is the Nth start after one ended unexpectedly, and how it
     /// ended: it rejoins as a worker, and says so once in the job's stderr.
     pub restart: Option<(u32, String)>,
@@ -77,37 +101,26 @@ pub struct Shared {
     pub no_labels_told: AtomicBool,
     /// What the image's Ray is on this node, once it loaded.
     pub image_ray: std::sync::Mutex<Option<super::ray_version::ImageRay>>,
-    /// Head: enough nodes joined; Ray's own status is to list them (`head::settle`).
-    pub all_joined: tokio::sync::Notify,
-    /// Head: Ray's status listed them (or the wait gave up): the cluster may be Ready.
-    pub settled: AtomicBool,
 }
 
 impl Shared {
-    pub fn new(spec: JobSpec, job_secret: &str, launcher: Arc<dyn Launcher>) -> Result<Shared, Fault> {
-        let tls = MeshTls::from_job_secret(job_secret).map_err(Fault::Node)?;
-        Ok(Shared {
+    pub fn new(spec: JobSpec, launcher: Arc<dyn Launcher>) -> Shared {
+        Shared {
             runtime: runtime::from_config(&spec.config),
             launcher,
-            tls: Arc::new(tls),
-            mesh_socket: std::sync::Mutex::new(None),
             role: watch::channel(Role::Undecided).0,
             view: watch::channel(ClusterView::default()).0,
-            broadcast: watch::channel(ClusterView::default()).0,
             node_state: watch::channel(NodeState::Starting("electing a head".into())).0,
-            reports: Mutex::new(BTreeMap::new()),
+            head: OnceLock::new(),
             ray: Mutex::new(None),
-            joined: AtomicBool::new(false),
             restart: None,
             restart_told: AtomicBool::new(false),
             open_cluster_told: AtomicBool::new(false),
             no_labels_told: AtomicBool::new(false),
             image_ray: std::sync::Mutex::new(None),
-            all_joined: tokio::sync::Notify::new(),
-            settled: AtomicBool::new(false),
             node_set: OnceLock::new(),
             spec,
-        })
+        }
     }
 
     pub fn set_state(&self, s: NodeState) {
@@ -121,10 +134,9 @@ impl Shared {
         });
     }
 
-    pub fn fail(&self, msg: impl Into<String>) {
-        let msg = msg.into();
-        tracing::error!("{msg}");
-        self.set_state(NodeState::Failed(msg));
+    pub fn fail(&self, fault: Fault) {
+        tracing::error!("{fault}");
+        self.set_state(NodeState::Failed(fault));
     }
 
     /// The nodes in the ready cluster: the head's own list, or on a worker
@@ -143,12 +155,17 @@ impl Shared {
         self.node_set.get_or_init(|| self.spec.nodes.iter().cloned().collect()).contains(node)
     }
 
-    pub fn has_joined(&self) -> bool {
-        self.joined.load(Ordering::Relaxed)
+    /// This node is the head from now on: its head state first, then the
+    /// role the mesh answers Join and Watch by.
+    pub fn become_head(&self) -> Arc<HeadCluster> {
+        let head = self.head.get_or_init(HeadCluster::new).clone();
+        self.role.send_replace(Role::Head);
+        head
     }
 
-    pub fn set_joined(&self, joined: bool) {
-        self.joined.store(joined, Ordering::Relaxed);
+    /// What this node keeps as head, once it became head.
+    pub fn head(&self) -> Option<&Arc<HeadCluster>> {
+        self.head.get()
     }
 
     /// The one-line notice of this agent's restart, the first time only.

@@ -3,41 +3,40 @@
 //! derived from it. Both roles and the mesh's RPC handlers use these; none of
 //! them holds role logic.
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
-use super::mesh::pb::{cluster_view::Phase, ClusterView};
-use super::state::{NodeState, Role, Shared};
+use super::cluster::{ClusterView, NodeState, Phase};
+use super::state::{HeadCluster, Role, Settle, Shared};
+use crate::fault::Fault;
 
-/// Changes the view, sends the workers' copy if it changed, and derives this
-/// node's state from it.
+/// Changes the view, sends the workers' copy if it changed (a node that
+/// never was head has no workers), and derives this node's state from it.
 pub fn publish(shared: &Shared, f: impl FnOnce(&mut ClusterView)) {
     shared.view.send_modify(f);
-    let light = broadcast_view(&shared.view.borrow());
-    shared.broadcast.send_if_modified(|b| {
-        let changed = *b != light;
-        *b = light;
-        changed
-    });
-    sync_node_state(shared);
+    if let Some(head) = shared.head() {
+        let light = broadcast_view(&shared.view.borrow());
+        head.broadcast.send_if_modified(|b| {
+            let changed = *b != light;
+            *b = light;
+            changed
+        });
+    }
+    // The head goes by the view's list of ready nodes, not by a worker's own report.
+    sync_node_state(shared, false);
 }
 
 /// The cluster failed: the view says so, with why.
-pub fn publish_failure(shared: &Shared, msg: &str) {
-    publish(shared, |v| {
-        v.set_phase(Phase::Failed);
-        v.message = msg.to_string();
-    });
+pub fn publish_failure(shared: &Shared, fault: &Fault) {
+    publish(shared, |v| v.phase = Phase::Failed(fault.clone()));
 }
 
 /// The view as workers receive it: no per-node lists, and the ready nodes
 /// as one hostlist expression once the cluster is ready.
 pub fn broadcast_view(v: &ClusterView) -> ClusterView {
-    let ready = v.phase() == Phase::Ready;
+    let ready = v.phase == Phase::Ready;
     ClusterView {
-        phase: v.phase,
+        phase: v.phase.clone(),
         head_node: v.head_node.clone(),
         gcs_address: v.gcs_address.clone(),
-        message: v.message.clone(),
         ready_nodes: Vec::new(),
         dashboard_url: v.dashboard_url.clone(),
         dashboard_note: v.dashboard_note.clone(),
@@ -48,15 +47,16 @@ pub fn broadcast_view(v: &ClusterView) -> ClusterView {
     }
 }
 
-/// This node's state follows the cluster view (and its own Ray's state).
-pub fn sync_node_state(shared: &Shared) {
+/// This node's state follows the cluster view (and its own Ray's state:
+/// `joined`, a worker's Ray joined and the head was told so).
+pub fn sync_node_state(shared: &Shared, joined: bool) {
     let state = {
         let v = shared.view.borrow();
         let node = &shared.spec.node;
-        match v.phase() {
-            Phase::Failed => NodeState::Failed(v.message.clone()),
+        match &v.phase {
+            Phase::Failed(f) => NodeState::Failed(f.clone()),
             // A worker knows it joined (it told the head); the head has the list.
-            Phase::Ready if shared.has_joined() || v.ready_nodes.contains(node) => NodeState::Ready,
+            Phase::Ready if joined || v.ready_nodes.contains(node) => NodeState::Ready,
             Phase::Ready => NodeState::Starting(format!("the cluster is ready; {node}'s Ray has not joined it yet")),
             // The head counts the nodes that join (`recount`); workers hear of them once ready.
             Phase::HeadReady if v.head_node == *node => {
@@ -64,7 +64,7 @@ pub fn sync_node_state(shared: &Shared) {
             }
             Phase::HeadReady => NodeState::Starting("the head is up; this node's Ray is joining it".into()),
             Phase::Starting => NodeState::Starting("the head is starting Ray".into()),
-            Phase::Reelect => NodeState::Starting(format!("electing another head: {}", v.message)),
+            Phase::Reelect(why) => NodeState::Starting(format!("electing another head: {why}")),
         }
     };
     match state {
@@ -76,41 +76,47 @@ pub fn sync_node_state(shared: &Shared) {
 /// Head: derive the cluster's phase from its own Ray and the workers'
 /// reports. O(nodes) per report; the list of ready nodes (in the job's
 /// order) is built only once the cluster is ready.
-pub async fn recount(shared: &Shared) {
-    let reports = shared.reports.lock().await;
-    recount_with(shared, &reports);
+pub async fn recount(shared: &Shared, head: &HeadCluster) {
+    let reports = head.reports.lock().await;
+    recount_with(shared, head, &reports);
 }
 
 /// A worker's report: recorded and counted under one lock, so that each
 /// report is counted once and the ready list is built once, not per report.
-pub async fn record_report(shared: &Shared, node: String, result: Result<(), String>) {
-    let mut reports = shared.reports.lock().await;
+pub async fn record_report(shared: &Shared, head: &HeadCluster, node: String, result: Result<(), Fault>) {
+    let mut reports = head.reports.lock().await;
     if reports.get(&node) == Some(&result) {
         return;
     }
     reports.insert(node, result);
-    recount_with(shared, &reports);
+    recount_with(shared, head, &reports);
 }
 
 /// Nodes whose Ray joined: the head's own, and each worker that reported Ok.
-pub fn joined(reports: &BTreeMap<String, Result<(), String>>) -> usize {
+pub fn joined(reports: &BTreeMap<String, Result<(), Fault>>) -> usize {
     1 + reports.values().filter(|r| r.is_ok()).count()
 }
 
-fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>) {
+fn recount_with(shared: &Shared, head: &HeadCluster, reports: &BTreeMap<String, Result<(), Fault>>) {
     if *shared.role.borrow() != Role::Head {
         return;
     }
     let spec = &shared.spec;
-    let phase = shared.view.borrow().phase();
-    if matches!(phase, Phase::Failed | Phase::Starting | Phase::Reelect) {
+    let phase = shared.view.borrow().phase.clone();
+    if matches!(phase, Phase::Failed(_) | Phase::Starting | Phase::Reelect(_)) {
         return;
     }
     let joined = joined(reports);
     let failed = reports.values().filter(|r| r.is_err()).count();
-    if joined >= spec.min_nodes() && phase != Phase::Ready && !shared.settled.load(Ordering::Acquire) {
+    if joined >= spec.min_nodes() && phase != Phase::Ready && *head.settle.borrow() != Settle::Settled {
         // Ready waits until Ray itself lists the nodes (head::settle).
-        shared.all_joined.notify_one();
+        head.settle.send_if_modified(|s| {
+            let listing = *s == Settle::Joining;
+            if listing {
+                *s = Settle::Listing;
+            }
+            listing
+        });
         shared.set_state(NodeState::Starting(format!("{joined} nodes joined; waiting for Ray to list them active")));
     } else if joined >= spec.min_nodes() || phase == Phase::Ready {
         let ready: Vec<String> = spec
@@ -121,12 +127,12 @@ fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>)
             .collect();
         publish(shared, |v| {
             v.ready_nodes = ready;
-            v.set_phase(Phase::Ready);
+            v.phase = Phase::Ready;
         });
     } else if spec.nodes.len() - failed < spec.min_nodes() {
         let why: Vec<String> =
             reports.iter().filter_map(|(n, r)| r.as_ref().err().map(|m| format!("{n}: {m}"))).collect();
-        publish_failure(shared, &why.join("; "));
+        publish_failure(shared, &Fault::user(why.join("; ")));
     } else {
         shared.set_state(NodeState::Starting(format!("{joined} of {} nodes joined", spec.nodes.len())));
     }
@@ -134,19 +140,60 @@ fn recount_with(shared: &Shared, reports: &BTreeMap<String, Result<(), String>>)
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::agent::launcher::NoopLauncher;
+    use crate::job::simulated_spec;
+
+    /// The head of n1, n2, n3 (all three needed), its Ray up.
+    fn head_of_three() -> (Shared, Arc<HeadCluster>) {
+        let shared = Shared::new(simulated_spec(11, &["n1", "n2", "n3"], 0), Arc::new(NoopLauncher));
+        let head = shared.become_head();
+        publish(&shared, |v| {
+            v.head_node = "n1".into();
+            v.phase = Phase::HeadReady;
+        });
+        (shared, head)
+    }
+
+    #[tokio::test]
+    async fn enough_joined_nodes_make_the_cluster_ready_only_once_rays_status_listed_them() {
+        let (shared, head) = head_of_three();
+        record_report(&shared, &head, "n2".into(), Ok(())).await;
+        assert_eq!(*head.settle.borrow(), Settle::Joining);
+        record_report(&shared, &head, "n3".into(), Ok(())).await;
+        assert_eq!(*head.settle.borrow(), Settle::Listing);
+        assert_eq!(shared.view.borrow().phase, Phase::HeadReady, "ready before Ray listed the nodes");
+        head.settle.send_replace(Settle::Settled);
+        recount(&shared, &head).await;
+        assert_eq!(shared.view.borrow().phase, Phase::Ready);
+        assert_eq!(*shared.node_state.borrow(), NodeState::Ready);
+        assert_eq!(head.broadcast.borrow().ready_hostlist, "n[1-3]");
+    }
+
+    /// A worker's node fault fails the cluster with the node named first,
+    /// then its fault as the job's steps read it.
+    #[tokio::test]
+    async fn a_workers_node_fault_fails_the_cluster_saying_whose_and_what() {
+        let (shared, head) = head_of_three();
+        record_report(&shared, &head, "n2".into(), Err(Fault::node("bwrap is missing"))).await;
+        let expected = Fault::user("n2: node fault: bwrap is missing");
+        assert_eq!(shared.view.borrow().phase, Phase::Failed(expected.clone()));
+        assert_eq!(head.broadcast.borrow().phase, Phase::Failed(expected.clone()));
+        assert_eq!(*shared.node_state.borrow(), NodeState::Failed(expected));
+    }
 
     fn view(phase: Phase, nodes: usize) -> ClusterView {
-        let mut v = ClusterView {
+        ClusterView {
+            phase,
             head_node: "node0001".into(),
             gcs_address: "10.0.0.1:6379".into(),
             ray_token: "t".into(),
             ready_nodes: (1..=nodes).map(|i| format!("node{i:04}")).collect(),
             memory_mb: (1..=nodes).map(|i| (format!("node{i:04}"), 4096)).collect(),
             ..Default::default()
-        };
-        v.set_phase(phase);
-        v
+        }
     }
 
     /// What a worker receives costs the same for 4,096 nodes as for 4: no

@@ -8,19 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
-use tonic::Streaming;
 use tracing::{info, warn};
 
+use super::cluster::{ClusterView, NodeState, Phase};
 use super::election::address_of;
 use super::launcher::Event;
-use super::mesh;
-use super::mesh::pb::{cluster_view::Phase, mesh_client::MeshClient, ClusterView, NodeReport, WatchRequest};
+use super::mesh::{Mesh, Peer, Views, WatchRefused};
 use super::node_ray::{job_notice, launch, start_ray, stop_ray};
 use super::part::{End, Prepared};
 use super::ray::{self, NodePorts};
-use super::state::{NodeState, Role, Shared};
+use super::state::{Role, Shared};
 use super::view::sync_node_state;
+use crate::fault::Fault;
 
 /// How long a worker whose Ray failed before the cluster was ready waits to
 /// hear that the head itself dropped out (its GCS going away fails the
@@ -31,38 +30,34 @@ const HEAD_NEWS_GRACE: Duration = Duration::from_secs(3);
 struct Worker<'a> {
     shared: &'a Arc<Shared>,
     ip: IpAddr,
-    head: MeshClient<Channel>,
+    head: Peer,
     head_node: String,
     events: mpsc::Receiver<Event>,
     ports: NodePorts,
-    /// `ray start` was sent (whether it joined is `shared.has_joined()`).
+    /// `ray start` was sent.
     sent: bool,
+    /// This node's Ray joined the cluster and the head was told so.
+    joined: bool,
     /// Restarts of this node's Ray while the job ran, so far.
     restarts: u32,
 }
 
-pub async fn run(
-    shared: &Arc<Shared>,
-    ip: IpAddr,
-    mut head: MeshClient<Channel>,
-    head_node: String,
-    prepared: Prepared,
-) -> End {
+pub async fn run(shared: &Arc<Shared>, ip: IpAddr, mut head: Peer, head_node: String, prepared: Prepared) -> End {
     let (events, ports) = match prepared {
         Ok(p) => p,
         Err(f) => {
-            let _ = head.report(report(shared, false, f.to_string())).await;
+            let _ = head.report(&Err(f.clone())).await;
             return f.into();
         }
     };
-    let mut stream = match open_watch(shared, &mut head, &head_node).await {
+    let mut stream = match open_watch(&mut head, &head_node).await {
         Ok(s) => s,
         Err(end) => return end,
     };
-    let mut w = Worker { shared, ip, head, head_node, events, ports, sent: false, restarts: 0 };
+    let mut w = Worker { shared, ip, head, head_node, events, ports, sent: false, joined: false, restarts: 0 };
     loop {
         tokio::select! {
-            msg = stream.message() => {
+            msg = stream.next() => {
                 if let Some(end) = w.on_view(msg).await {
                     return end;
                 }
@@ -82,11 +77,11 @@ pub async fn run(
 /// at once. Otherwise they wait on for a cluster that cannot come, and
 /// Slurm, whose kill of a step still in its SPANK hooks waits up to two
 /// minutes, keeps the job completing that long.
-pub async fn leave(shared: &Shared) {
+pub async fn leave(shared: &Shared, mesh: &Mesh) {
     if matches!(*shared.node_state.borrow(), NodeState::Ready) {
         return;
     }
-    let message = format!("Slurm is ending the job on {} (its agent was told to stop)", shared.spec.node);
+    let message = Fault::user(format!("Slurm is ending the job on {} (its agent was told to stop)", shared.spec.node));
     let role = shared.role.borrow().clone();
     let head = match role {
         Role::Follower(h) => h,
@@ -95,8 +90,8 @@ pub async fn leave(shared: &Shared) {
     };
     let tell = async {
         let ip = address_of(&shared.spec, &head).await?;
-        let (mut client, _) = mesh::join(shared, ip).await?;
-        client.report(report(shared, false, message)).await.ok()
+        let (mut head, _) = mesh.join(ip).await?;
+        head.report(&Err(message)).await.ok()
     };
     match tokio::time::timeout(Duration::from_secs(3), tell).await {
         Ok(Some(_)) => info!(head = %head, "told the head this node leaves before the cluster was ready"),
@@ -104,36 +99,28 @@ pub async fn leave(shared: &Shared) {
     }
 }
 
-fn report(shared: &Shared, ok: bool, message: String) -> NodeReport {
-    let spec = &shared.spec;
-    NodeReport { job_id: spec.cluster(), node: spec.node.clone(), ok, message }
-}
-
 /// The head's stream of cluster views.
-async fn open_watch(
-    shared: &Shared,
-    head: &mut MeshClient<Channel>,
-    head_node: &str,
-) -> Result<Streaming<ClusterView>, End> {
-    let req = WatchRequest { job_id: shared.spec.cluster(), node: shared.spec.node.clone() };
-    match head.watch(req).await {
-        Ok(s) => Ok(s.into_inner()),
+async fn open_watch(head: &mut Peer, head_node: &str) -> Result<Views, End> {
+    match head.watch().await {
+        Ok(s) => Ok(s),
         // It was head when we asked, and no longer is: elect again.
-        Err(e) if e.code() == tonic::Code::FailedPrecondition => {
+        Err(WatchRefused::NotHead) => {
             Err(End::Reelect { head: head_node.to_string(), lost: false, why: "it stepped down".into() })
         }
-        Err(e) => Err(End::Failed(format!("cannot watch the head node {head_node}: {}", e.message()))),
+        Err(WatchRefused::Failed(e)) => {
+            Err(End::Failed(Fault::user(format!("cannot watch the head node {head_node}: {e}"))))
+        }
     }
 }
 
 impl Worker<'_> {
     /// A view from the head (or the stream's end): mirror it, and start this
     /// node's Ray once the head's GCS is up.
-    async fn on_view(&mut self, msg: Result<Option<ClusterView>, tonic::Status>) -> Option<End> {
-        let Ok(Some(v)) = msg else {
+    async fn on_view(&mut self, msg: Option<ClusterView>) -> Option<End> {
+        let Some(v) = msg else {
             return Some(lost_head(self.shared, &self.head_node, "its agent stopped answering"));
         };
-        if let Some(end) = follow(self.shared, &self.head_node, v) {
+        if let Some(end) = follow(self.shared, &self.head_node, v, self.joined) {
             return Some(end);
         }
         if !self.sent && !self.shared.view.borrow().gcs_address.is_empty() {
@@ -144,12 +131,12 @@ impl Worker<'_> {
     }
 
     /// An event of this node's launcher, once `ray start` was sent.
-    async fn on_event(&mut self, ev: Option<Event>, stream: &mut Streaming<ClusterView>) -> Option<End> {
+    async fn on_event(&mut self, ev: Option<Event>, stream: &mut Views) -> Option<End> {
         let spec = &self.shared.spec;
-        let joined = self.shared.has_joined();
+        let joined = self.joined;
         let failure = match ev {
             Some(Event::LauncherReady) => return None,
-            Some(Event::Started) if !joined => return self.joined().await,
+            Some(Event::Started) if !joined => return self.tell_joined().await,
             Some(Event::Started) => return None,
             Some(Event::Died) | Some(Event::Exited) | None if joined && self.restarts < spec.config.ray_restarts => {
                 return self.restart_ray().await
@@ -167,11 +154,11 @@ impl Worker<'_> {
                 )
             }
         };
-        Some(self.failed(failure, stream).await)
+        Some(self.failed(Fault::user(failure), stream).await)
     }
 
     /// This node's Ray joined: tell the head, and the job if it was a restart.
-    async fn joined(&mut self) -> Option<End> {
+    async fn tell_joined(&mut self) -> Option<End> {
         let (shared, spec) = (self.shared, &self.shared.spec);
         info!("Ray worker joined");
         if self.restarts > 0 {
@@ -180,11 +167,11 @@ impl Worker<'_> {
                 spec.node, self.restarts, spec.config.ray_restarts
             ));
         }
-        if let Err(e) = self.head.report(report(shared, true, String::new())).await {
-            return Some(lost_head(shared, &self.head_node, e.message()));
+        if let Err(e) = self.head.report(&Ok(())).await {
+            return Some(lost_head(shared, &self.head_node, &e));
         }
-        shared.set_joined(true);
-        sync_node_state(shared);
+        self.joined = true;
+        sync_node_state(shared, true);
         if let Some(line) = shared.restart_notice() {
             job_notice(shared, &line);
         }
@@ -195,7 +182,7 @@ impl Worker<'_> {
     async fn restart_ray(&mut self) -> Option<End> {
         let shared = self.shared;
         self.restarts += 1;
-        shared.set_joined(false);
+        self.joined = false;
         warn!(
             restarts = self.restarts,
             "this node's Ray died while the job ran: {}; restarting it",
@@ -213,14 +200,14 @@ impl Worker<'_> {
     /// This node's Ray could not join. Before the cluster is ready, the
     /// cause may be the head's Ray going away: then this is the head's news,
     /// not ours. Otherwise the head hears of it.
-    async fn failed(&mut self, failure: String, stream: &mut Streaming<ClusterView>) -> End {
-        let shared = self.shared;
-        if shared.view.borrow().phase() != Phase::Ready {
+    async fn failed(&mut self, failure: Fault, stream: &mut Views) -> End {
+        let (shared, joined) = (self.shared, self.joined);
+        if shared.view.borrow().phase != Phase::Ready {
             let news = async {
                 loop {
-                    match stream.message().await {
-                        Ok(Some(v)) => {
-                            if let Some(end) = follow(shared, &self.head_node, v) {
+                    match stream.next().await {
+                        Some(v) => {
+                            if let Some(end) = follow(shared, &self.head_node, v, joined) {
                                 return end;
                             }
                         }
@@ -232,29 +219,39 @@ impl Worker<'_> {
                 return end;
             }
         }
-        let _ = self.head.report(report(shared, false, failure.clone())).await;
+        let _ = self.head.report(&Err(failure.clone())).await;
         End::Failed(failure)
     }
 }
 
-/// Mirrors a view from the head; Some when it ends this worker's part: the
-/// cluster failed, or the head stepped down (or another node took over).
-fn follow(shared: &Shared, head_node: &str, v: ClusterView) -> Option<End> {
-    let (phase, from) = (v.phase(), v.head_node.clone());
-    if phase == Phase::Reelect || (!from.is_empty() && from != head_node) {
-        let why = if v.message.is_empty() { "it stepped down".to_string() } else { v.message.clone() };
+/// Mirrors a view from the head (`joined`: this node's Ray joined); Some
+/// when it ends this worker's part: the cluster failed, or the head stepped
+/// down (or another node took over).
+fn follow(shared: &Shared, head_node: &str, v: ClusterView, joined: bool) -> Option<End> {
+    let reelect = matches!(v.phase, Phase::Reelect(_));
+    if reelect || (!v.head_node.is_empty() && v.head_node != head_node) {
+        let why = match &v.phase {
+            Phase::Reelect(why) => why.clone(),
+            Phase::Failed(f) => f.to_string(),
+            _ => String::new(),
+        };
+        let why = if why.is_empty() { "it stepped down".to_string() } else { why };
         return Some(End::Reelect { head: head_node.to_string(), lost: false, why });
     }
+    let failed = match &v.phase {
+        Phase::Failed(f) => Some(f.clone()),
+        _ => None,
+    };
     shared.view.send_replace(v);
-    sync_node_state(shared);
-    (phase == Phase::Failed).then(|| End::Failed(shared.view.borrow().message.clone()))
+    sync_node_state(shared, joined);
+    failed.map(End::Failed)
 }
 
 /// The head's agent stopped answering: before the cluster is ready, the
 /// others elect again without it; after, the job's cluster is gone.
 fn lost_head(shared: &Shared, head_node: &str, why: &str) -> End {
-    if shared.view.borrow().phase() == Phase::Ready {
-        return End::Failed(format!("lost contact with the head node {head_node}'s agent"));
+    if shared.view.borrow().phase == Phase::Ready {
+        return End::Failed(Fault::user(format!("lost contact with the head node {head_node}'s agent")));
     }
     End::Reelect { head: head_node.to_string(), lost: true, why: why.to_string() }
 }
@@ -275,47 +272,45 @@ async fn start_worker_ray(shared: &Shared, ip: IpAddr, ports: &NodePorts) {
 
 #[cfg(test)]
 mod tests {
-    use std::net::IpAddr;
     use std::sync::Arc;
 
     use super::*;
-    use crate::agent::launcher::NoopLauncher;
+    use crate::agent::mesh::served_agent;
     use crate::config::PortRange;
     use crate::job::simulated_spec;
 
     /// An agent of job 4646 on a loopback address, its mesh served.
-    async fn agent(nodes: &[&str], index: usize) -> Arc<Shared> {
+    async fn agent(nodes: &[&str], index: usize) -> (Arc<Shared>, Arc<Mesh>) {
         let mut spec = simulated_spec(4646, nodes, index);
         spec.config.mesh_ports = PortRange::new(47100, 47199).unwrap();
-        let shared = Arc::new(Shared::new(spec, &"t".repeat(64), Arc::new(NoopLauncher)).unwrap());
-        let ip: IpAddr = shared.spec.node.parse().unwrap();
-        let (listener, _) = mesh::bind(ip, &shared.spec.mesh_ports()).await.unwrap();
-        tokio::spawn(mesh::serve(shared.clone(), listener));
-        shared
+        served_agent(spec, &"t".repeat(64)).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn told_to_stop_before_ready_a_worker_tells_its_head_a_head_fails_the_cluster_a_ready_one_says_nothing() {
         let nodes = ["127.0.0.8", "127.0.0.9"];
-        let head = agent(&nodes, 0).await;
-        head.role.send_replace(Role::Head);
-        let worker = agent(&nodes, 1).await;
+        let (head, head_mesh) = agent(&nodes, 0).await;
+        let cluster = head.become_head();
+        let (worker, mesh) = agent(&nodes, 1).await;
         worker.role.send_replace(Role::Follower("127.0.0.8".into()));
 
         worker.set_state(NodeState::Ready);
-        leave(&worker).await;
-        assert!(head.reports.lock().await.is_empty(), "a ready worker's stop is the job's normal end");
+        leave(&worker, &mesh).await;
+        assert!(cluster.reports.lock().await.is_empty(), "a ready worker's stop is the job's normal end");
 
         worker.set_state(NodeState::Starting("joining".into()));
-        leave(&worker).await;
-        let got = head.reports.lock().await.get("127.0.0.9").cloned();
+        leave(&worker, &mesh).await;
+        let got = cluster.reports.lock().await.get("127.0.0.9").cloned();
         assert!(
-            matches!(&got, Some(Err(m)) if m.contains("Slurm is ending the job on 127.0.0.9")),
+            matches!(&got, Some(Err(f)) if f.to_string().contains("Slurm is ending the job on 127.0.0.9")),
             "the head recorded {got:?}"
         );
 
-        leave(&head).await;
-        assert_eq!(head.view.borrow().phase(), Phase::Failed, "the head itself stopping fails the cluster");
-        assert!(head.view.borrow().message.contains("Slurm is ending the job on 127.0.0.8"));
+        leave(&head, &head_mesh).await;
+        let phase = head.view.borrow().phase.clone();
+        assert!(
+            matches!(&phase, Phase::Failed(f) if f.to_string().contains("Slurm is ending the job on 127.0.0.8")),
+            "the head itself stopping fails the cluster: {phase:?}"
+        );
     }
 }

@@ -5,11 +5,16 @@
 //! job's key; before that, `admit.rs` bounds what it may cost. Every worker's
 //! agent joins the head's, watches the cluster view it publishes, and
 //! reports when its own Ray node joined.
+//!
+//! The mesh depends on the agent's state (`Shared`, `cluster.rs`), never the
+//! reverse: this agent's end of it (`Mesh`: the job's key, the socket) is
+//! made beside `Shared` and handed to the parts that call peers.
 // tonic's handlers and streams return `tonic::Status`, which is large.
 #![allow(clippy::result_large_err)]
 pub mod admit;
 pub mod counters;
 pub mod tls;
+mod wire;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -25,20 +30,23 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_stream::wrappers::{ReceiverStream, WatchStream};
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
 
-use super::state::{NodeState, Role, Shared};
+use super::cluster::{ClusterView, JoinAnswer, NodeState, PeerRole};
+use super::state::{Role, Shared};
 use super::view;
+use crate::fault::Fault;
+use crate::job::JobSpec;
 use tls::MeshTls;
 
-pub mod pb {
+/// The generated protobuf types: only `mesh/` uses them (`wire.rs` converts).
+mod pb {
     tonic::include_proto!("syndeo.mesh");
 }
 
-use pb::join_reply::Role as PbRole;
 use pb::mesh_client::MeshClient;
-use pb::mesh_server::{Mesh, MeshServer};
+use pb::mesh_server::{Mesh as MeshRpc, MeshServer};
 
 /// The largest request an authenticated peer may send (they are a few
 /// dozen bytes).
@@ -67,11 +75,94 @@ pub async fn bind(ip: IpAddr, ports: &[u16]) -> anyhow::Result<(TcpListener, u16
     anyhow::bail!("none of this job's mesh ports {ports:?} is free on {ip}; widen mesh_ports in syndeo.toml")
 }
 
-/// Serves the mesh on `listener` until the agent ends.
-pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+/// This agent's end of the job's mesh: the job's identity (its key, derived
+/// from the job's secret), who this agent is in its calls, and the listening
+/// socket root bound for it, if any.
+pub struct Mesh {
+    tls: MeshTls,
+    job_id: u32,
+    node: String,
+    ports: Vec<u16>,
+    /// The socket root bound for this agent, until `listener` takes it.
+    socket: std::sync::Mutex<Option<std::net::TcpListener>>,
+}
+
+impl Mesh {
+    /// The mesh of `spec`'s job for its node; `socket`: the listening socket
+    /// root bound for it (None: simulated nodes and tests bind their own).
+    pub fn new(spec: &JobSpec, job_secret: &str, socket: Option<std::net::TcpListener>) -> Result<Mesh, Fault> {
+        Ok(Mesh {
+            tls: MeshTls::from_job_secret(job_secret).map_err(Fault::Node)?,
+            job_id: spec.cluster(),
+            node: spec.node.clone(),
+            ports: spec.mesh_ports(),
+            socket: std::sync::Mutex::new(socket),
+        })
+    }
+
+    /// The socket root bound for this agent's mesh, or (simulated nodes) the
+    /// first of the job's ports free on `ip`. Its errors are said as they are.
+    pub async fn listener(&self, ip: IpAddr) -> Result<TcpListener, Fault> {
+        let inherited = self.socket.lock().expect("not poisoned").take();
+        match inherited {
+            Some(l) => {
+                l.set_nonblocking(true).map_err(|e| Fault::user(e.to_string()))?;
+                TcpListener::from_std(l).map_err(|e| Fault::user(e.to_string()))
+            }
+            None => Ok(bind(ip, &self.ports).await.map_err(|e| Fault::user(e.to_string()))?.0),
+        }
+    }
+
+    /// A channel to a peer's agent, over the job's mutual TLS: it is made only
+    /// if the peer proves it holds the job's key. HTTP/2 keepalives make a peer
+    /// that went silent (its node or link down) an error within seconds, not a
+    /// stream that waits forever.
+    async fn connect(&self, addr: SocketAddr) -> Option<MeshClient<Channel>> {
+        let client = self.tls.client.clone();
+        let connector = tower::service_fn(move |_: Uri| {
+            let client = client.clone();
+            async move {
+                let tcp = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await??;
+                tcp.set_nodelay(true)?;
+                let handshake = TlsConnector::from(client).connect(MeshTls::server_name(), tcp);
+                let stream = tokio::time::timeout(admit::HANDSHAKE_TIMEOUT, handshake).await??;
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            }
+        });
+        let ep = Endpoint::from_shared(format!("http://{addr}"))
+            .ok()?
+            .http2_keep_alive_interval(Duration::from_secs(2))
+            .keep_alive_timeout(Duration::from_secs(4))
+            .keep_alive_while_idle(true);
+        let ch = tokio::time::timeout(Duration::from_secs(2), ep.connect_with_connector(connector)).await.ok()?.ok()?;
+        Some(MeshClient::new(ch))
+    }
+
+    /// Asks the job's agent on `ip` who the head is, trying the job's ports in
+    /// order. None: no agent of this job answers there (yet); a port held by
+    /// anything else (another job's agent, another service) fails the handshake.
+    pub async fn join(&self, ip: IpAddr) -> Option<(Peer, JoinAnswer)> {
+        let (job_id, node) = (self.job_id, self.node.clone());
+        for &port in &self.ports {
+            let Some(mut client) = self.connect(SocketAddr::new(ip, port)).await else { continue };
+            let req = pb::JoinRequest { job_id, node: node.clone() };
+            if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(2), client.join(req)).await {
+                return Some((Peer { client, job_id, node }, wire::decode_join(reply.into_inner())));
+            }
+        }
+        None
+    }
+
+    /// Serves the mesh from `shared` on `listener` until the agent ends.
+    pub async fn serve(self: Arc<Self>, shared: Arc<Shared>, listener: TcpListener) {
+        serve(TlsAcceptor::from(self.tls.server.clone()), shared, listener).await
+    }
+}
+
+async fn serve(acceptor: TlsAcceptor, shared: Arc<Shared>, listener: TcpListener) {
     let (tx, rx) = mpsc::channel::<io::Result<admit::MeshConn>>(64);
     let limits = admit::Limits::for_nodes(shared.spec.nodes.len());
-    tokio::spawn(admit::accept_loop(listener, TlsAcceptor::from(shared.tls.server.clone()), tx, limits));
+    tokio::spawn(admit::accept_loop(listener, acceptor, tx, limits));
     let svc = MeshServer::new(MeshService { shared }).max_decoding_message_size(MAX_MESSAGE);
     if let Err(e) = Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(2)))
@@ -105,21 +196,21 @@ impl MeshService {
 type ViewStream = Pin<Box<dyn Stream<Item = Result<pb::ClusterView, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl Mesh for MeshService {
+impl MeshRpc for MeshService {
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
         let r = req.get_ref();
         self.check(r.job_id, &r.node)?;
-        let (role, head_node) = match &*self.shared.role.borrow() {
-            Role::Undecided => (PbRole::Undecided, String::new()),
-            Role::Head => (PbRole::Head, self.shared.spec.node.clone()),
-            Role::Follower(h) => (PbRole::Follower, h.clone()),
-            Role::SteppedDown => (PbRole::SteppedDown, String::new()),
+        let role = match &*self.shared.role.borrow() {
+            Role::Undecided => PeerRole::Undecided,
+            Role::Head => PeerRole::Head,
+            Role::Follower(h) => PeerRole::Follower(h.clone()),
+            Role::SteppedDown => PeerRole::SteppedDown,
         };
         let failed = match &*self.shared.node_state.borrow() {
-            NodeState::Failed(m) => m.clone(),
-            _ => String::new(),
+            NodeState::Failed(m) => Some(m.clone()),
+            _ => None,
         };
-        Ok(Response::new(pb::JoinReply { role: role as i32, head_node, failed }))
+        Ok(Response::new(wire::encode_join(&JoinAnswer { role, failed }, &self.shared.spec.node)))
     }
 
     type WatchStream = ViewStream;
@@ -127,13 +218,15 @@ impl Mesh for MeshService {
     async fn watch(&self, req: Request<pb::WatchRequest>) -> Result<Response<ViewStream>, Status> {
         let r = req.get_ref();
         self.check(r.job_id, &r.node)?;
-        if *self.shared.role.borrow() != Role::Head {
-            return Err(Status::failed_precondition("not the head"));
-        }
+        let head = match (&*self.shared.role.borrow(), self.shared.head()) {
+            (Role::Head, Some(head)) => head.clone(),
+            _ => return Err(Status::failed_precondition("not the head")),
+        };
         // Each worker gets its own memory entry (from the head's full view).
         let (shared, node) = (self.shared.clone(), r.node.clone());
-        let s = WatchStream::new(self.shared.broadcast.subscribe()).map(move |mut v| {
+        let s = WatchStream::new(head.broadcast.subscribe()).map(move |v| {
             counters::view_sent();
+            let mut v = pb::ClusterView::from(&v);
             if let Some(&mb) = shared.view.borrow().memory_mb.get(&node) {
                 v.memory_mb.insert(node.clone(), mb);
             }
@@ -149,49 +242,71 @@ impl Mesh for MeshService {
             return Err(Status::invalid_argument("node is not in this job"));
         }
         info!(node = %r.node, ok = r.ok, message = %r.message, "worker report");
-        let result = if r.ok { Ok(()) } else { Err(r.message) };
-        view::record_report(&self.shared, r.node, result).await;
+        let (node, result) = wire::decode_report(r);
+        // Only a node that was head has workers that report.
+        if let Some(head) = self.shared.head() {
+            view::record_report(&self.shared, head, node, result).await;
+        }
         Ok(Response::new(pb::ReportAck {}))
     }
 }
 
-/// A channel to a peer's agent, over the job's mutual TLS: it is made only
-/// if the peer proves it holds the job's key. HTTP/2 keepalives make a peer
-/// that went silent (its node or link down) an error within seconds, not a
-/// stream that waits forever.
-pub async fn connect(shared: &Shared, addr: SocketAddr) -> Option<MeshClient<Channel>> {
-    let tls = shared.tls.clone();
-    let connector = tower::service_fn(move |_: Uri| {
-        let tls = tls.clone();
-        async move {
-            let tcp = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await??;
-            tcp.set_nodelay(true)?;
-            let handshake = TlsConnector::from(tls.client.clone()).connect(MeshTls::server_name(), tcp);
-            let stream = tokio::time::timeout(admit::HANDSHAKE_TIMEOUT, handshake).await??;
-            Ok::<_, io::Error>(TokioIo::new(stream))
-        }
-    });
-    let ep = Endpoint::from_shared(format!("http://{addr}"))
-        .ok()?
-        .http2_keep_alive_interval(Duration::from_secs(2))
-        .keep_alive_timeout(Duration::from_secs(4))
-        .keep_alive_while_idle(true);
-    let ch = tokio::time::timeout(Duration::from_secs(2), ep.connect_with_connector(connector)).await.ok()?.ok()?;
-    Some(MeshClient::new(ch))
+/// This agent's connection to a peer's agent (a worker's, to its head),
+/// made by `join`.
+pub struct Peer {
+    client: MeshClient<Channel>,
+    /// This agent's job and node, which its calls carry.
+    job_id: u32,
+    node: String,
 }
 
-/// Asks the job's agent on `ip` who the head is, trying the job's ports in
-/// order. None: no agent of this job answers there (yet); a port held by
-/// anything else (another job's agent, another service) fails the handshake.
-pub async fn join(shared: &Shared, ip: IpAddr) -> Option<(MeshClient<Channel>, pb::JoinReply)> {
-    for port in shared.spec.mesh_ports() {
-        let Some(mut client) = connect(shared, SocketAddr::new(ip, port)).await else { continue };
-        let req = pb::JoinRequest { job_id: shared.spec.cluster(), node: shared.spec.node.clone() };
-        if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(2), client.join(req)).await {
-            return Some((client, reply.into_inner()));
+/// Why the head did not give its stream of cluster views.
+pub enum WatchRefused {
+    /// It was head when asked, and no longer is.
+    NotHead,
+    /// Anything else: what the call said.
+    Failed(String),
+}
+
+impl Peer {
+    /// The head's stream of cluster views.
+    pub async fn watch(&mut self) -> Result<Views, WatchRefused> {
+        let req = pb::WatchRequest { job_id: self.job_id, node: self.node.clone() };
+        match self.client.watch(req).await {
+            Ok(s) => Ok(Views(s.into_inner())),
+            Err(e) if e.code() == tonic::Code::FailedPrecondition => Err(WatchRefused::NotHead),
+            Err(e) => Err(WatchRefused::Failed(e.message().to_string())),
         }
     }
-    None
+
+    /// Tells the head this node's Ray joined (Ok) or why it could not; Err:
+    /// why the call failed.
+    pub async fn report(&mut self, result: &Result<(), Fault>) -> Result<(), String> {
+        let r = wire::encode_report(self.job_id, &self.node, result);
+        self.client.report(r).await.map(|_| ()).map_err(|e| e.message().to_string())
+    }
+}
+
+/// The head's cluster views, as it sends them.
+pub struct Views(Streaming<pb::ClusterView>);
+
+impl Views {
+    /// The next view; None when the stream ended or broke.
+    pub async fn next(&mut self) -> Option<ClusterView> {
+        self.0.message().await.ok().flatten().map(ClusterView::from)
+    }
+}
+
+/// Tests: an agent of `spec`'s node with the no-op launcher, its mesh
+/// served on the node's (loopback) address.
+#[cfg(test)]
+pub async fn served_agent(spec: JobSpec, job_secret: &str) -> (Arc<Shared>, Arc<Mesh>) {
+    let mesh = Arc::new(Mesh::new(&spec, job_secret, None).expect("a mesh identity"));
+    let ip: IpAddr = spec.node.parse().expect("a loopback address");
+    let shared = Arc::new(Shared::new(spec, Arc::new(super::launcher::NoopLauncher)));
+    let listener = mesh.listener(ip).await.expect("a free mesh port");
+    tokio::spawn(mesh.clone().serve(shared.clone(), listener));
+    (shared, mesh)
 }
 
 #[cfg(test)]

@@ -11,19 +11,24 @@ use super::*;
 use crate::agent::launcher::NoopLauncher;
 use crate::job::simulated_spec;
 
-fn agent(job: u32, node: usize, secret: &str) -> Arc<Shared> {
-    let spec = simulated_spec(job, &["n1", "n2"], node);
-    Arc::new(Shared::new(spec, secret, Arc::new(NoopLauncher)).unwrap())
+/// The mesh end of node `node` of job `job` (of n1, n2), with the key of `secret`.
+fn agent(job: u32, node: usize, secret: &str) -> Mesh {
+    Mesh::new(&simulated_spec(job, &["n1", "n2"], node), secret, None).unwrap()
 }
 
 /// A head's mesh server on a free loopback port.
 async fn head(secret: &str) -> (Arc<Shared>, SocketAddr) {
-    let shared = agent(7, 0, secret);
-    shared.role.send_replace(Role::Head);
+    let shared = Arc::new(Shared::new(simulated_spec(7, &["n1", "n2"], 0), Arc::new(NoopLauncher)));
+    shared.become_head();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(shared.clone(), listener));
+    tokio::spawn(Arc::new(agent(7, 0, secret)).serve(shared.clone(), listener));
     (shared, addr)
+}
+
+/// The reports a head recorded.
+fn reports(head: &Shared) -> &tokio::sync::Mutex<std::collections::BTreeMap<String, Result<(), Fault>>> {
+    &head.head().expect("it is head").reports
 }
 
 fn report(ok: bool) -> pb::NodeReport {
@@ -34,15 +39,15 @@ fn report(ok: bool) -> pb::NodeReport {
 async fn the_jobs_own_agents_talk_and_an_agent_with_another_jobs_key_gets_nothing() {
     let (head, addr) = head("job-7-secret").await;
     let stranger = agent(7, 1, "another-jobs-secret");
-    assert!(connect(&stranger, addr).await.is_none(), "a peer without the job's key got a channel");
-    assert!(head.reports.lock().await.is_empty());
+    assert!(stranger.connect(addr).await.is_none(), "a peer without the job's key got a channel");
+    assert!(reports(&head).lock().await.is_empty());
 
     let member = agent(7, 1, "job-7-secret");
-    let mut client = connect(&member, addr).await.expect("the job's own agent connects");
+    let mut client = member.connect(addr).await.expect("the job's own agent connects");
     let reply = client.join(pb::JoinRequest { job_id: 7, node: "n2".into() }).await.unwrap();
-    assert_eq!(reply.into_inner().role(), PbRole::Head);
+    assert_eq!(reply.into_inner().role(), pb::join_reply::Role::Head);
     client.report(report(true)).await.unwrap();
-    assert_eq!(head.reports.lock().await.get("n2"), Some(&Ok(())));
+    assert_eq!(reports(&head).lock().await.get("n2"), Some(&Ok(())));
 }
 
 #[tokio::test]
@@ -50,7 +55,7 @@ async fn an_agent_never_follows_a_head_that_cannot_prove_it_holds_the_jobs_key()
     // A "head" with its own key, where the job's agent looks for its head.
     let (_fake, addr) = head("an-impostors-secret").await;
     let member = agent(7, 1, "job-7-secret");
-    assert!(connect(&member, addr).await.is_none(), "the agent connected to an impostor");
+    assert!(member.connect(addr).await.is_none(), "the agent connected to an impostor");
 }
 
 /// Records what a real client sends through a relay, then replays those
@@ -79,20 +84,20 @@ async fn a_recorded_exchange_replayed_later_is_refused() {
         recorded
     });
     let member = agent(7, 1, "job-7-secret");
-    let mut client = connect(&member, relay_addr).await.expect("connects through the relay");
+    let mut client = member.connect(relay_addr).await.expect("connects through the relay");
     client.report(report(true)).await.unwrap();
     drop(client);
     let recorded = tokio::time::timeout(Duration::from_secs(10), recording).await.unwrap().unwrap();
     assert!(recorded.len() > 200, "recorded only {} bytes", recorded.len());
     assert!(!recorded.windows(8).any(|w| w == b"job-7-se"), "the secret crossed the wire");
-    head.reports.lock().await.clear();
+    reports(&head).lock().await.clear();
 
     let mut replay = TcpStream::connect(addr).await.unwrap();
     let _ = replay.write_all(&recorded).await;
     let mut sink = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(6), replay.read_to_end(&mut sink)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(head.reports.lock().await.is_empty(), "the replayed Report was served");
+    assert!(reports(&head).lock().await.is_empty(), "the replayed Report was served");
 }
 
 /// A peer that starts a plausible ClientHello and keeps sending (rustls
@@ -126,10 +131,10 @@ async fn a_flood_of_silent_connections_does_not_keep_the_jobs_agent_out() {
     }
     let member = agent(7, 1, "job-7-secret");
     let t = Instant::now();
-    let mut client = connect(&member, addr).await.expect("the job's agent connects despite the flood");
+    let mut client = member.connect(addr).await.expect("the job's agent connects despite the flood");
     client.report(report(true)).await.unwrap();
     assert!(t.elapsed() < Duration::from_secs(3), "took {:?}", t.elapsed());
-    assert_eq!(head.reports.lock().await.get("n2"), Some(&Ok(())));
+    assert_eq!(reports(&head).lock().await.get("n2"), Some(&Ok(())));
     drop(held);
 }
 
@@ -137,11 +142,11 @@ async fn a_flood_of_silent_connections_does_not_keep_the_jobs_agent_out() {
 async fn a_call_for_another_job_id_is_refused_even_from_an_authenticated_peer() {
     let (head, addr) = head("job-7-secret").await;
     let member = agent(7, 1, "job-7-secret");
-    let mut client = connect(&member, addr).await.unwrap();
+    let mut client = member.connect(addr).await.unwrap();
     let mut r = report(true);
     r.job_id = 8;
     assert_eq!(client.report(r).await.unwrap_err().code(), tonic::Code::PermissionDenied);
-    assert!(head.reports.lock().await.is_empty(), "a refused report changed the cluster");
+    assert!(reports(&head).lock().await.is_empty(), "a refused report changed the cluster");
 }
 
 /// A large job's start is a burst of every agent's handshake at once: none
