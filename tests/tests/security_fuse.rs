@@ -162,14 +162,15 @@ fn stuck_job(name: &str, syndeo: Option<&str>) -> Stuck {
         assert!(start.elapsed() < Duration::from_secs(400), "Slurm never gave up on job {}", job.id);
         std::thread::sleep(Duration::from_secs(1));
     }
-    std::thread::sleep(Duration::from_secs(3));
-    let state = text(&run(&["sinfo", "-h", "-n", "node1", "-o", "%t %E"])).trim().to_string();
-    let reason = if state.starts_with("drain") { state } else { String::new() };
-    let slurm_line = slurmd_log("node1").lines().find(|l| l.contains(&gave_up)).map(str::to_string);
-    let epilog = format!("syndeo: epilog for job {}: ", job.id);
     // The daemons' end (their job cancelled) lets the stuck read return.
     end_daemons(&daemon);
     let _ = job.wait(Duration::from_secs(180));
+    // Slurm's drain, if any, comes with the step's end: read it once the job is over.
+    std::thread::sleep(Duration::from_secs(5));
+    let state = text(&run(&["sinfo", "-h", "-n", "node1", "-o", "%t %E"])).trim().to_string();
+    let reason = if state.starts_with("drain") || state.starts_with("drng") { state } else { String::new() };
+    let slurm_line = slurmd_log("node1").lines().find(|l| l.contains(&gave_up)).map(str::to_string);
+    let epilog = format!("syndeo: epilog for job {}: ", job.id);
     // The daemons are gone; their mounts (not connected) are the test's to take away.
     for m in [mnt.clone(), bdir.join("m2")] {
         in_node("node1", &["umount", "-l", m.to_str().unwrap()]);
@@ -195,7 +196,7 @@ struct Stuck {
 
 /// A process stuck in the kernel on the user's hung FUSE mount: Slurm gives
 /// up on the step with a line in slurmd's log, and drains the node or not,
-/// alike whether or not the job has `--syndeo` (26.05 does not drain);
+/// alike whether or not the job has `--syndeo` (26.05: "Kill task failed");
 /// with `--syndeo`, syndeo's epilog still ends, within its deadline, with
 /// its line in slurmd's log, and adds no drain of its own.
 #[test]
