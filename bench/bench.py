@@ -480,9 +480,11 @@ def peer_job_ready(script):
     jid = submit(["-N3"], script)
     t0 = time.time()
     out = ""
-    while time.time() - t0 < 300 and "T_READY" not in out and job_state(jid) in ("PENDING", "RUNNING", "CONFIGURING", ""):
+    state = ""
+    while time.time() - t0 < 300 and "T_READY" not in out and state in ("PENDING", "RUNNING", "CONFIGURING", ""):
         time.sleep(0.2)
         out = job_out(jid)[0]
+        state = job_state(jid)
     slurm(["scancel", str(jid)])
     wait_job(jid, limit=120)
     out, err = job_out(jid)
@@ -494,7 +496,8 @@ def peer_job_ready(script):
     clean_bench_dirs()
     a, b = re.search(r"T_SCRIPT (\S+)", out), re.search(r"T_READY (\S+)", out)
     if not (a and b):
-        raise SystemExit(f"peer job {jid} gave no times: {out}{err[-2000:]}")
+        raise SystemExit(f"peer job {jid} gave no times (it was {state or 'unknown'} after "
+                         f"{time.time() - t0:.0f} s): {out}{err[-2000:]}")
     return float(b.group(1)) - float(a.group(1))
 
 
@@ -938,6 +941,18 @@ are the result. Benchmarks never fail CI.
   the peers pay neither Apptainer's start nor reads through squashfuse, which are part
   of syndeo's cost there (the Apptainer row gives the start). So each ratio compares
   syndeo with the same interpreter and Ray, whatever Python the nodes have.
+- **What equal footing showed** (2026-11-26, all three sections): with the peers on the
+  image's Python 3.11 (before: the nodes' 3.13 or 3.14), bare `ray start` on bubblewrap
+  takes 5-6 s, not 10.6 s: the earlier syndeo/bare of 0.47-0.63 was mostly the
+  interpreter. On bubblewrap (22.05, 24.11) syndeo/bare is 0.78-0.98 and throughput
+  0.98-1.01 of bare, CPU per 1,000 tasks 1.04: the throughput gap the issue saw
+  (0.93-0.95) was the peers' newer Python too. With Apptainer (26.05) syndeo runs the
+  SIF, whose files unprivileged Apptainer reads through squashfuse, while the peers read
+  the directory it was built from: syndeo/bare 1.35, throughput 0.93, CPU 1.14. The
+  Apptainer row puts +120 ms on every container start, the launcher's import of Ray
+  takes 1.46 s there against 1.0 s on bubblewrap (agent.log, "the image's Ray loaded"),
+  and squashfuse's own CPU counts in the machine's. Peers run with `apptainer exec` of
+  the same SIF would take that cost out of the ratio; they do not yet.
 - **bare `ray start`** (the floor): the image's `ray start --head --block`, run in that
   container as the user in node1's namespaces. Once it says "Ray runtime started",
   `ray start --address` runs on the other nodes in parallel, with syndeo's flags
