@@ -48,7 +48,7 @@ pub fn exec_in_image(dir: &JobDir, argv: &[OsString]) -> anyhow::Error {
         Some(p) => cmd.env("PYTHONPATH", p),
         None => cmd.env_remove("PYTHONPATH"),
     };
-    if crate::exec_session::on_a_terminal() {
+    if crate::exec_session::has_a_controlling_terminal() {
         match crate::exec_session::run_in_own_session(&cmd) {
             Ok(code) => std::process::exit(code),
             Err(e) => return e,
