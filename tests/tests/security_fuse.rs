@@ -109,6 +109,8 @@ fn a_hung_fuse_mount_in_the_jobs_own_tree_leaves_the_epilog_bounded_and_drains_n
 logs=$(ls -d /tmp/syndeo/$SLURM_JOB_ID/ray/session_2*/logs | head -n1)
 mkdir "$logs/hung" && echo "$logs/hung" > {b}/target
 for i in $(seq 1200); do [ -s {b}/mounted ] && break; sleep 0.1; done
+[ -s {b}/mounted ] || {{ echo "NO MOUNT"; exit 1; }}
+grep -qF " $logs/hung " /proc/self/mountinfo || {{ echo "NO MOUNT at $logs/hung"; exit 1; }}
 echo "HUNG MOUNT $(cat {b}/mounted)"
 "#,
         b = bdir.display()
@@ -120,10 +122,14 @@ echo "HUNG MOUNT $(cat {b}/mounted)"
     assert!(job.stdout().contains("HUNG MOUNT "), "the mount was not made: {}\n{}", job.output(), daemon.output());
     let log = slurmd_log("node1");
     let ended = format!("syndeo: epilog for job {}: ", job.id);
-    let line = log.lines().find(|l| l.contains(&ended) && (l.contains("node clean in") || l.contains("not clean")));
-    assert!(line.is_some(), "no end of the epilog in slurmd's log for job {}", job.id);
+    let line = log.lines().find(|l| l.contains(&ended) && l.contains("node clean in"));
+    assert!(line.is_some(), "the epilog of job {} did not end with a clean node", job.id);
     assert!(drained_nodes().is_empty(), "drained: {:?}", drained_nodes());
     assert!(!node_path_exists("node1", &state_dir(job.id)), "the job's state is left");
+    let tree = format!("/tmp/syndeo/{}", job.id);
+    assert!(!node_path_exists("node1", &tree), "the job's tree is left");
+    let mounts = text(&in_node("node1", &["cat", "/proc/self/mountinfo"]));
+    assert!(!mounts.contains(&format!("{tree}/")), "a mount is left in the job's tree: {mounts}");
     // The logs were kept, without anything from the mount.
     let kept = dir.join(format!("syndeo-{}/node1", job.id));
     assert!(kept.join("agent.log").is_file(), "no logs kept in {}", kept.display());
@@ -137,8 +143,8 @@ echo "HUNG MOUNT $(cat {b}/mounted)"
 /// How the node comes out of it.
 fn stuck_job(name: &str, syndeo: Option<&str>) -> Stuck {
     let (daemon, bdir) = daemon_job_with(&format!("fuse-daemon-{name}"), CHAINED_DAEMON_JOB);
-    let _cancel = CancelOnDrop(vec![daemon.id]);
     let mnt = bdir.join("mnt");
+    let _debris = Debris { daemon: daemon.id, mounts: vec![mnt.clone(), bdir.join("m2")] };
     std::fs::create_dir_all(&mnt).unwrap();
     run(&["chown", user_a(), mnt.to_str().unwrap()]);
     std::fs::write(bdir.join("target"), format!("{}\n", mnt.display())).unwrap();
@@ -158,29 +164,64 @@ fn stuck_job(name: &str, syndeo: Option<&str>) -> Stuck {
     // slurmd's log; it may drain the node for it.
     let gave_up = format!("JOB {} STEPD TERMINATED ON node1", job.id);
     let start = Instant::now();
-    while !slurmd_log("node1").contains(&gave_up) && drained_nodes().is_empty() {
+    while !slurmd_log("node1").contains(&gave_up) && !node1_drained() {
         assert!(start.elapsed() < Duration::from_secs(400), "Slurm never gave up on job {}", job.id);
         std::thread::sleep(Duration::from_secs(1));
     }
     // The daemons' end (their job cancelled) lets the stuck read return.
     end_daemons(&daemon);
     let _ = job.wait(Duration::from_secs(180));
-    // Slurm's drain, if any, comes with the step's end: read it once the job is over.
-    std::thread::sleep(Duration::from_secs(5));
-    let state = text(&run(&["sinfo", "-h", "-n", "node1", "-o", "%t %E"])).trim().to_string();
-    let reason = if state.starts_with("drain") || state.starts_with("drng") { state } else { String::new() };
+    // Slurm's drain, if any, comes with the step's end: watch for it a while
+    // once the job is over.
+    let start = Instant::now();
+    while !node1_drained() && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let state = node1_state();
+    let reason = if node1_drained() { state } else { String::new() };
     let slurm_line = slurmd_log("node1").lines().find(|l| l.contains(&gave_up)).map(str::to_string);
     let epilog = format!("syndeo: epilog for job {}: ", job.id);
-    // The daemons are gone; their mounts (not connected) are the test's to take away.
-    for m in [mnt.clone(), bdir.join("m2")] {
-        in_node("node1", &["umount", "-l", m.to_str().unwrap()]);
-    }
     let ended = |l: &&str| l.contains(&epilog) && (l.contains("node clean in") || l.contains("not clean"));
     let line = slurmd_log("node1").lines().find(ended).map(str::to_string);
-    if !reason.is_empty() {
-        run(&["scontrol", "update", "nodename=node1", "state=resume"]);
-    }
     Stuck { drained: reason, slurm_line, epilog: line }
+}
+
+/// node1's state and reason, as sinfo shows them.
+fn node1_state() -> String {
+    text(&run(&["sinfo", "-h", "-n", "node1", "-o", "%t %E"])).trim().to_string()
+}
+
+fn node1_drained() -> bool {
+    let state = node1_state();
+    state.starts_with("drain") || state.starts_with("drng")
+}
+
+/// What a stuck-process test leaves, taken away however it ends: the
+/// daemons' job (cancelled, its stopped daemons killed), their mounts (not
+/// connected once the daemons are gone) and Slurm's drain of node1.
+struct Debris {
+    daemon: u32,
+    mounts: Vec<std::path::PathBuf>,
+}
+
+impl Drop for Debris {
+    fn drop(&mut self) {
+        // Never a panic here (this may run while one unwinds): bounded, quiet.
+        run(&["scancel", &self.daemon.to_string()]);
+        let job = Job { id: self.daemon, dir: std::path::PathBuf::from("/") };
+        let start = Instant::now();
+        while matches!(job.field("JobState").as_deref(), Some("RUNNING" | "PENDING" | "COMPLETING"))
+            && start.elapsed() < Duration::from_secs(120)
+        {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        for m in &self.mounts {
+            in_node("node1", &["umount", "-l", m.to_str().unwrap()]);
+        }
+        if node1_drained() {
+            run(&["scontrol", "update", "nodename=node1", "state=resume"]);
+        }
+    }
 }
 
 /// How a node came out of a job stuck on a hung FUSE mount.
