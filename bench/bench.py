@@ -236,19 +236,21 @@ def in_image_script(root):
     return path
 
 
-def children(pid):
-    """The PIDs whose parent is `pid`."""
-    found = []
+def each_process(name):
+    """(PID, content of /proc/PID/NAME as bytes) for every process whose file
+    could be read."""
     for p in os.listdir("/proc"):
         if p.isdigit():
             try:
-                stat = open(f"/proc/{p}/stat").read()
+                yield int(p), open(f"/proc/{p}/{name}", "rb").read()
             except OSError:
                 continue
-            # After the command's name (in parentheses, which it may hold too): state, then the parent.
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(p))
-    return found
+
+
+def children(pid):
+    """The PIDs whose parent is `pid`."""
+    # After the command's name (in parentheses, which it may hold too): state, then the parent.
+    return [p for p, stat in each_process("stat") if int(stat.rsplit(b")", 1)[1].split()[1]) == pid]
 
 
 def contained_command(p):
@@ -296,16 +298,7 @@ def slurmd_lines(pattern):
 
 
 def processes_with_env(marker):
-    found = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                env = open(f"/proc/{p}/environ", "rb").read()
-            except OSError:
-                continue
-            if marker.encode() in env.split(b"\0"):
-                found.append(int(p))
-    return found
+    return [p for p, env in each_process("environ") if marker.encode() in env.split(b"\0")]
 
 
 def median(xs):

@@ -18,9 +18,16 @@ use std::time::{Duration, Instant};
 
 use syndeo_tests::*;
 
-/// Whether node1 has what a user needs to make a FUSE mount of a squashfs.
+/// Whether node1 has what a user needs to make a FUSE mount of a squashfs;
+/// says NOT RUN when it has not.
 fn fuse_tools() -> bool {
-    ["/usr/bin/squashfuse", "/usr/bin/fusermount3", "/usr/bin/mksquashfs"].iter().all(|p| node_path_exists("node1", p))
+    let there = ["/usr/bin/squashfuse", "/usr/bin/fusermount3", "/usr/bin/mksquashfs"]
+        .iter()
+        .all(|p| node_path_exists("node1", p));
+    if !there {
+        eprintln!("NOT RUN: node1 has no squashfuse, fusermount3 and mksquashfs (the 26.05 root has them)");
+    }
+    there
 }
 
 /// The daemon's job: builds a squashfs, waits for the mount point's path in
@@ -99,7 +106,7 @@ fn wait_mounted(daemon: &Job, dir: &Path) {
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_hung_fuse_mount_in_the_jobs_own_tree_leaves_the_epilog_bounded_and_drains_nothing() {
     if !fuse_tools() {
-        return eprintln!("NOT RUN: node1 has no squashfuse, fusermount3 and mksquashfs (the 26.05 root has them)");
+        return;
     }
     let image = image();
     let (daemon, bdir) = daemon_job("fuse-daemon-tree");
@@ -244,7 +251,7 @@ struct Stuck {
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_process_stuck_on_a_hung_fuse_mount_is_slurms_alike_with_and_without_syndeo_and_the_epilog_still_ends() {
     if !fuse_tools() {
-        return eprintln!("NOT RUN: node1 has no squashfuse, fusermount3 and mksquashfs (the 26.05 root has them)");
+        return;
     }
     let image = image();
     let plain = stuck_job("plain", None);
