@@ -32,6 +32,7 @@ pub mod remove;
 pub mod sitekey;
 pub mod slurm_client;
 pub mod start;
+pub mod start_ops;
 pub mod state;
 
 #[cfg(test)]
