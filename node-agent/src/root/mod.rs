@@ -17,6 +17,8 @@ mod epilog_tests;
 mod fake_epilog_ops;
 #[cfg(test)]
 mod fake_ops;
+#[cfg(test)]
+mod fake_start_ops;
 pub mod hetjob;
 pub mod logs;
 pub mod metrics_sd;
@@ -32,6 +34,9 @@ pub mod remove;
 pub mod sitekey;
 pub mod slurm_client;
 pub mod start;
+pub mod start_ops;
+#[cfg(test)]
+mod start_tests;
 pub mod state;
 
 #[cfg(test)]

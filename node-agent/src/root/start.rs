@@ -11,29 +11,25 @@
 //! supervisor drops to the job user first thing, before anything of the
 //! user's runs, so this process, which Slurm waits on, stays root's and no
 //! process of the user can stop it. It returns once the agent listens.
-use std::io::Write;
+//!
+//! The decisions are here; what they do to the node is `start_ops.rs`
+//! (tested with a fake in `start_tests.rs`). No free mesh port is the job's
+//! misfortune, not the node's: a note for its steps, the node in service.
+//! Any other error once the job's state is read is a node fault: the node
+//! is drained with a reason that names it.
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
-use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
-use nix::sys::socket::{
-    bind, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage,
-};
-use nix::unistd::dup2;
-use syndeo_protocol::env::JOB_MARKER;
 use syndeo_protocol::handshake;
 use syndeo_protocol::layout::JobDir;
 
+use super::ops::System;
 use super::prolog::mark_inherited_fds_cloexec;
-use super::state::{JobState, ProcRecord, StateDir};
-use super::{drain, procs};
-use crate::job::{JobSpec, STATE_FD_VAR};
+use super::start_ops::{reserve_fds, StartOps};
+use super::state::{JobState, ProcRecord};
+use crate::job::JobSpec;
 use syndeo_protocol::root::Start as StartArgs;
 
 /// The mesh's listening socket, in the supervisor and the agent (LISTEN_FDS).
@@ -42,118 +38,95 @@ pub const MESH_FD: i32 = 3;
 pub const STATE_FD: i32 = 4;
 
 /// How long `start` waits for the agent's socket.
-const AGENT_START_LIMIT: Duration = Duration::from_secs(10);
+pub(super) const AGENT_START_LIMIT: Duration = Duration::from_secs(10);
 
 pub fn run(a: &StartArgs) -> Result<()> {
     mark_inherited_fds_cloexec();
     reserve_fds()?;
+    run_with(&System, a)
+}
+
+/// `start` on `ops`: an error once the job's state is read is a node fault,
+/// and drains the node.
+pub(super) fn run_with<O: StartOps>(ops: &O, a: &StartArgs) -> Result<()> {
     if a.hold {
-        wait_for_go()?;
+        wait_for_go(ops)?;
     }
     let c = &a.common;
-    let Some(dir) = StateDir::open(&c.runtime_base, c.job)? else {
+    let Some(dir) = ops.open_state(&c.runtime_base, c.job)? else {
         return Ok(()); // the prolog refused the job here, and left a note
     };
-    let state = dir.load()?;
-    let result = start(&dir, &state, &c.runtime_base);
+    let state = ops.load_state(&dir)?;
+    let result = start(ops, &dir, &state, &c.runtime_base);
     if let Err(e) = &result {
-        drain::drain(&state.spec.node, &format!("node fault starting the agent of job {}: {e:#}", c.job));
+        ops.drain(&state.spec.node, &format!("node fault starting the agent of job {}: {e:#}", c.job));
     }
     if a.hold {
-        wait_for_eof();
+        // Until then the supervisor's PID stays its own (`StartOps::wait_for_eof`).
+        ops.wait_for_eof();
     }
     result
 }
 
-/// The plugin gives the supervisor's PID (printed on stdout) to the job's
-/// step while this process lives, then closes its stdin. This process never
-/// reaps the supervisor, so until it ends that PID is the supervisor's,
-/// even if the supervisor has ended: the plugin never adopts a process that
-/// reused the number.
-fn wait_for_eof() {
-    use std::io::Read;
-    let _ = std::io::stdin().lock().take(4096).read_to_end(&mut Vec::new());
-}
-
-fn start(dir: &StateDir, state: &JobState, runtime_base: &Path) -> Result<()> {
+fn start<O: StartOps>(ops: &O, dir: &O::StateDir, state: &JobState, runtime_base: &Path) -> Result<()> {
     let spec = &state.spec;
-    let listener = match bind_mesh(spec) {
+    let listener = match bind_mesh(ops, spec) {
         Ok(l) => l,
-        Err(Busy(msg)) => return leave_note(runtime_base, spec, &msg),
+        Err(Busy(msg)) => return leave_note(ops, runtime_base, spec, &msg),
     };
-    let sealed = seal_state(state)?;
-    dup2(listener.as_raw_fd(), MESH_FD)?;
-    dup2(sealed.as_raw_fd(), STATE_FD)?;
-    drop((listener, sealed));
-    let child = supervisor_command(spec).spawn().context("starting the node agent's supervisor")?;
-    let pid = child.id() as i32;
-    let start_time = procs::stat(pid).map(|s| s.start_time).unwrap_or(0);
-    dir.record_supervisor(ProcRecord { pid, start_time })?;
+    let sealed = ops.seal_state(state)?;
+    let pid = ops.spawn_supervisor(spec, listener, sealed)?;
+    let start_time = ops.stat(pid).map(|s| s.start_time).unwrap_or(0);
+    ops.record_supervisor(dir, ProcRecord { pid, start_time })?;
     // For the plugin, which gives it to Slurm's accounting of the extern step.
-    let mut out = std::io::stdout();
-    let _ = out.write_all(handshake::supervisor_line(pid).as_bytes()).and_then(|_| out.flush());
+    ops.tell_plugin(&handshake::supervisor_line(pid));
     // Return once the agent listens, so a job step never races its socket.
     let jd = spec.dir();
-    let listening = socket_seen(&jd);
-    let deadline = Instant::now() + AGENT_START_LIMIT;
-    while Instant::now() < deadline {
-        if listening.try_recv().is_ok() || jd.failed_note().exists() {
-            return Ok(());
+    match wait_for_agent(ops, &jd, pid, Instant::now() + AGENT_START_LIMIT) {
+        AgentStart::Ready => {}
+        AgentStart::Exited => {
+            eprintln!("the node agent's supervisor exited at start; see {}", jd.agent_log().display())
         }
-        // Not reaped (see `wait_for_eof`): a zombie is a supervisor that ended.
-        if procs::stat(pid).is_none_or(|s| s.state == 'Z') {
-            eprintln!("the node agent's supervisor exited at start; see {}", jd.agent_log().display());
-            return Ok(());
+        AgentStart::Silent => {
+            eprintln!("the node agent did not open {} within {AGENT_START_LIMIT:?}", jd.socket().display())
+        }
+    }
+    Ok(())
+}
+
+/// How the agent's start went, as far as `start` waits for it. None of
+/// them fails `start`: the job's steps find the agent, its note, or its log.
+#[derive(Debug, PartialEq)]
+pub(super) enum AgentStart {
+    /// Its socket is there, or a note for the steps is.
+    Ready,
+    /// The supervisor ended (or is a zombie: it is never reaped here).
+    Exited,
+    /// Neither by the deadline.
+    Silent,
+}
+
+/// Waits until the agent's socket or the job's note appears, the supervisor
+/// ends, or `deadline` passes.
+pub(super) fn wait_for_agent<O: StartOps>(ops: &O, jd: &JobDir, pid: i32, deadline: Instant) -> AgentStart {
+    let listening = ops.socket_seen(jd);
+    while Instant::now() < deadline {
+        if listening.try_recv().is_ok() || ops.note_exists(jd) {
+            return AgentStart::Ready;
+        }
+        // Not reaped (see `StartOps::wait_for_eof`): a zombie is a supervisor that ended.
+        if ops.stat(pid).is_none_or(|s| s.state == 'Z') {
+            return AgentStart::Exited;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    eprintln!("the node agent did not open {} within {AGENT_START_LIMIT:?}", jd.socket().display());
-    Ok(())
-}
-
-/// Says once the agent's socket exists. The job directory is the user's (a
-/// FUSE mount of theirs on it could hang a look into it), so the look is
-/// made in a thread this process does not wait for; it never follows a
-/// link in the socket's place.
-fn socket_seen(jd: &JobDir) -> std::sync::mpsc::Receiver<()> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let socket = jd.socket();
-    std::thread::spawn(move || {
-        let deadline = Instant::now() + AGENT_START_LIMIT;
-        while Instant::now() < deadline {
-            if std::fs::symlink_metadata(&socket).is_ok() {
-                let _ = tx.send(());
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    });
-    rx
-}
-
-/// Descriptors 3 and 4 are the supervisor's: whatever this process got
-/// there from Slurm (marked close-on-exec, and of no use here) makes room,
-/// so nothing this process opens lands there by chance.
-fn reserve_fds() -> Result<()> {
-    let null = std::fs::File::open("/dev/null")?;
-    for fd in [MESH_FD, STATE_FD] {
-        if null.as_raw_fd() != fd {
-            dup2(null.as_raw_fd(), fd)?;
-        }
-        fcntl(fd, FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
-    }
-    if [MESH_FD, STATE_FD].contains(&null.as_raw_fd()) {
-        // It is one of the two now: closing it would free the place.
-        std::mem::forget(null);
-    }
-    Ok(())
+    AgentStart::Silent
 }
 
 /// With the extern step: the plugin adds this process to the job's step,
 /// then writes "go". Anything else (the plugin gone) ends this start.
-fn wait_for_go() -> Result<()> {
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).context("waiting for the plugin's go")?;
+fn wait_for_go<O: StartOps>(ops: &O) -> Result<()> {
+    let line = ops.plugin_line()?;
     if !handshake::is_go(&line) {
         bail!("the plugin did not say go ({:?}); not starting the agent", line.trim());
     }
@@ -168,10 +141,10 @@ struct Busy(String);
 /// candidate ports that is free. Only privileged ports are used (the
 /// configuration insists), and the kernel must keep them privileged, or
 /// users could squat them.
-fn bind_mesh(spec: &JobSpec) -> std::result::Result<OwnedFd, Busy> {
-    let ip = node_ip(spec).map_err(|e| Busy(format!("{e:#}")))?;
+fn bind_mesh<O: StartOps>(ops: &O, spec: &JobSpec) -> std::result::Result<O::Fd, Busy> {
+    let ip = node_ip(ops, spec).map_err(|e| Busy(format!("{e:#}")))?;
     let high = spec.config.mesh_ports.high();
-    if let Ok(start) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start") {
+    if let Some(start) = ops.unprivileged_port_start() {
         if start.trim().parse::<u16>().is_ok_and(|s| s <= high) {
             return Err(Busy(format!(
                 "net.ipv4.ip_unprivileged_port_start is {} on {}, so users can bind syndeo's mesh ports (up to \
@@ -183,7 +156,7 @@ fn bind_mesh(spec: &JobSpec) -> std::result::Result<OwnedFd, Busy> {
     }
     let ports = spec.mesh_ports();
     for &port in &ports {
-        if let Ok(fd) = listen_on(SocketAddr::new(ip, port)) {
+        if let Ok(fd) = ops.listen_on(SocketAddr::new(ip, port)) {
             return Ok(fd);
         }
     }
@@ -194,65 +167,19 @@ fn bind_mesh(spec: &JobSpec) -> std::result::Result<OwnedFd, Busy> {
     )))
 }
 
-/// This node's address as Slurm's configuration gives it, or its name's.
-fn node_ip(spec: &JobSpec) -> Result<IpAddr> {
+/// This node's address as Slurm's configuration gives it, or its name's
+/// (IPv4 first).
+fn node_ip<O: StartOps>(ops: &O, spec: &JobSpec) -> Result<IpAddr> {
     if let Some(ip) = spec.addr_of(spec.index) {
         return Ok(ip);
     }
-    use std::net::ToSocketAddrs;
-    let addrs = (spec.node.as_str(), 0).to_socket_addrs().with_context(|| format!("resolving {}", spec.node))?;
-    addrs.map(|a| a.ip()).min_by_key(|ip| ip.is_ipv6()).ok_or_else(|| anyhow!("{} has no address", spec.node))
-}
-
-fn listen_on(addr: SocketAddr) -> nix::Result<OwnedFd> {
-    let family = if addr.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
-    let fd = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
-    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
-    bind(fd.as_raw_fd(), &SockaddrStorage::from(addr))?;
-    listen(&fd, Backlog::new(8192).unwrap_or(Backlog::MAXCONN))?;
-    Ok(fd)
-}
-
-/// The job's state in a memory file, sealed: the user's processes can read
-/// it (through the inherited descriptor), nobody can change it.
-fn seal_state(state: &JobState) -> Result<OwnedFd> {
-    let flags = MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING;
-    let fd = memfd_create(c"syndeo-job-state", flags).context("memfd_create")?;
-    let mut f = std::fs::File::from(fd);
-    f.write_all(serde_json::to_string(state)?.as_bytes())?;
-    let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_SEAL;
-    fcntl(f.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).context("sealing the job state")?;
-    Ok(OwnedFd::from(f))
-}
-
-/// The supervisor, started as root from this very binary; it drops to the
-/// job user first thing (`supervisor.rs`).
-fn supervisor_command(spec: &JobSpec) -> Command {
-    let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg0("syndeo-agent")
-        .arg("supervise")
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("USER", &spec.user)
-        .env("LOGNAME", &spec.user)
-        .env(JOB_MARKER, spec.job_id.to_string())
-        .env("LISTEN_FDS", "1")
-        .env(STATE_FD_VAR, STATE_FD.to_string())
-        // Not the job directory: root never walks into the user's tree (the
-        // supervisor goes there once it is the user).
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if let Ok(Some(u)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(spec.uid)) {
-        cmd.env("HOME", u.dir);
-    }
-    cmd
+    let addrs = ops.resolve(&spec.node).with_context(|| format!("resolving {}", spec.node))?;
+    addrs.into_iter().min_by_key(|ip| ip.is_ipv6()).ok_or_else(|| anyhow!("{} has no address", spec.node))
 }
 
 /// The job cannot have its agent here: a note for its steps (as the prolog
 /// leaves for a user's mistake); the node stays in service.
-fn leave_note(runtime_base: &Path, spec: &JobSpec, message: &str) -> Result<()> {
+fn leave_note<O: StartOps>(ops: &O, runtime_base: &Path, spec: &JobSpec, message: &str) -> Result<()> {
     eprintln!("{message}");
-    super::note::write(runtime_base, spec.job_id, (spec.uid, spec.gid), message)
+    ops.write_note(runtime_base, spec.job_id, (spec.uid, spec.gid), message)
 }
