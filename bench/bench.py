@@ -1,9 +1,12 @@
 """syndeo's benchmarks on the minicluster, each side by side with a peer in
 the same run (started by bench/run, which prepares the cluster and the
-image). Every peer runs the image's own Python and Ray, from the image's root
-filesystem without syndeo (`in_image`): a ratio compares syndeo with the same
-interpreter and Ray. Absolute times on a shared 2-core machine are noise; the
-ratios measured in one run are the result.
+image). The cluster is the one SYNDEO_MINICLUSTER names (0 by default); the
+bench reaches it only through syndeo-mc, the minicluster's one client (the
+integration tests' library as a command: `mc`). Every peer runs the image's
+own Python and Ray, from the image's root filesystem without syndeo
+(`in_image`): a ratio compares syndeo with the same interpreter and Ray.
+Absolute times on a shared 2-core machine are noise; the ratios measured in
+one run are the result.
 
 1. Cluster-ready time, 3 nodes, job start -> truly ready (`ray status` lists
    all 3 nodes active, which is when syndeo starts the job's steps):
@@ -19,6 +22,7 @@ ratios measured in one run are the result.
 import argparse
 import datetime
 import functools
+import json
 import os
 import re
 import secrets
@@ -30,36 +34,70 @@ import subprocess
 import sys
 import time
 
-USER = "syndeo-a"
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-MC = os.path.join(REPO, "tests/cluster/minicluster")
-WORK = f"/home/{USER}/syndeo-bench"
 OUT = os.path.join(HERE, "out")
-# Root's state directory of a job on a node: syndeo_protocol::layout::state_dir
-# (DEFAULT_RUNTIME_BASE joined with JOBS_DIR and the job id), in protocol/src/layout.rs.
-STATE_DIRS = "/run/syndeo/.jobs"
+
+# The minicluster, the one SYNDEO_MINICLUSTER names (0 by default), as its one
+# client says: syndeo-mc (tests/src/bin/syndeo-mc.rs, the integration tests'
+# library as a command; bench/run builds it and passes --mc). Set by connect().
+MC_CLIENT = None
+FACTS = {}  # `syndeo-mc facts`
+USER = None  # the cluster's first test user: the bench's jobs and processes are theirs
+WORK = None  # the bench's directory of USER's, fresh each run (syndeo-mc workdir)
+NODES = []
+IP = {}  # each node's address on the cluster's bridge
+# The release's root on the host ("" when the release is the host's own):
+# syndeo's files and Slurm's config are under it.
+ROOT = ""
+NODE_ARGV = {}  # per node, the argv prefix of as_user_in (syndeo-mc node-argv); new after each restart
+JOBS = {}  # per job id, what `syndeo-mc sbatch` said: its stdout and stderr files
 
 
-def mc_state(name):
-    """A file of the running minicluster's state (nodes, release, root, mode)."""
-    return open(f"/run/syndeo-minicluster/{name}").read().strip()
+def mc(*args, stdin=None, check=True):
+    """syndeo-mc ARGS (stdin: its input); its stdout. A failure ends the bench
+    with what syndeo-mc said, unless check is False."""
+    r = subprocess.run([MC_CLIENT, *map(str, args)], input=stdin, capture_output=True, text=True,
+                       encoding="utf-8", errors="replace")
+    if check and r.returncode != 0:
+        raise SystemExit(f"bench: syndeo-mc {shlex.join(map(str, args))} failed: {r.stdout}{r.stderr}")
+    return r.stdout
 
 
-NODES = mc_state("nodes").split()
-IP = {n: f"10.213.7.{10 + i}" for i, n in enumerate(NODES, 1)}
-# The release's root on the host ("" when the release is the host's own): its
-# Slurm's pid files, config and binaries are under it.
-ROOT = mc_state("root").rstrip("/")
+def connect(client):
+    """Learns the cluster from syndeo-mc at `client`, and makes WORK."""
+    global MC_CLIENT, FACTS, USER, WORK, NODES, IP, ROOT
+    MC_CLIENT = client
+    FACTS = json.loads(mc("facts"))
+    USER = FACTS["users"][0]
+    NODES = [n["name"] for n in FACTS["nodes"]]
+    IP = {n["name"]: n["addr"] for n in FACTS["nodes"]}
+    ROOT = FACTS["root_prefix"]
+    WORK = user_dir("")
+    refresh_node_argv()
+
+
+def user_dir(name):
+    """A fresh directory of USER's: WORK itself for "", else NAME in it."""
+    return mc("workdir", USER, os.path.join("bench", name).rstrip("/")).strip()
+
+
+def refresh_node_argv():
+    """as_user_in's argv prefix for every node, asked before anything is
+    timed, and again after Slurm restarts (it names slurmd's PID)."""
+    NODE_ARGV.clear()
+    NODE_ARGV.update({n: json.loads(mc("node-argv", n, USER)) for n in NODES})
+
+
+def home():
+    return FACTS["homes"][USER]
 
 
 def cluster_config():
     """The running minicluster's Slurm release, syndeo's runtime, and whether
     Slurm's cgroup plugins are on: the figures hold for this configuration."""
-    conf = open(f"{ROOT}/etc/syndeo/syndeo.toml").read()
-    runtime = "apptainer" if 'runtime = "apptainer"' in conf else "bubblewrap"
-    cgroups = "cgroups" if mc_state("mode") == "cgroups" else "no cgroups"
-    return {"release": mc_state("release"), "runtime": runtime, "cgroups": cgroups}
+    cgroups = "cgroups" if FACTS["cgroups"] else "no cgroups"
+    return {"release": FACTS["release"], "runtime": FACTS["runtime"], "cgroups": cgroups}
 
 
 # The peers' last step to the point syndeo calls ready: Ray's own status (what
@@ -114,19 +152,10 @@ def sh(argv, **kw):
     return subprocess.run(argv, capture_output=True, text=True, **kw)
 
 
-def slurm(argv, as_user=False):
-    """argv (a Slurm client) with the running release's own binaries, in
-    slurmctld's mount namespace (its root), as root or as USER in WORK."""
-    ctld = open(f"{ROOT}/run/slurmctld-syndeo.pid").read().strip()
-    user = ["/usr/sbin/runuser", "-u", USER, "--"] if as_user else []
-    return sh(["nsenter", "-t", ctld, "-m", f"--wdns={WORK}", "--", *user, *argv])
-
-
-def write_user_file(name, content):
-    path = os.path.join(WORK, name)
-    with open(path, "w") as f:
-        f.write(content)
-    sh(["chown", f"{USER}:{USER}", path])
+def write_user_file(name, content, d=None):
+    """NAME in WORK (or in `d`), with `content`, owned by USER."""
+    path = os.path.join(d or WORK, name)
+    mc("write-file", USER, path, stdin=content)
     return path
 
 
@@ -136,52 +165,38 @@ def node_cpus():
     jobs run --exclusive (with cgroups, a job of 1 CPU a node is confined to
     one core, while bare Ray would use them all) and bare Ray is given as
     many --num-cpus."""
-    m = re.search(r"CPUTot=(\d+)", slurm(["scontrol", "show", "node", NODES[0]]).stdout)
-    return int(m.group(1)) if m else 1
+    cpus = mc("node-field", NODES[0], "CPUTot").strip()
+    return int(cpus) if cpus.isdigit() else 1
 
 
-def submit(args, script):
-    path = write_user_file(f"job-{secrets.token_hex(3)}.sh", script)
-    r = slurm(["sbatch", "--parsable", "--exclusive", "-o", "out-%j", "-e", "err-%j", *args, path], as_user=True)
-    if r.returncode != 0:
-        raise SystemExit(f"sbatch failed: {r.stdout}{r.stderr}")
-    return int(r.stdout.strip().split(";")[0])
+def submit(args, script, d=None):
+    """sbatch --exclusive ARGS, the script as USER in `d` (by default a fresh
+    directory of the job's own: its output files are always job.out and
+    job.err, syndeo-mc sbatch); the job's id."""
+    d = d or user_dir(f"job-{secrets.token_hex(3)}")
+    job = json.loads(mc("sbatch", USER, d, "--exclusive", *args, stdin=script))
+    JOBS[job["id"]] = job
+    return job["id"]
 
 
 def job_state(jid):
-    r = slurm(["scontrol", "show", "job", str(jid)])
-    m = re.search(r"JobState=(\S+)", r.stdout)
-    return m.group(1) if m else ""
+    return mc("state", jid).strip()
 
 
 def wait_job(jid, limit=600):
-    t0 = time.time()
-    while time.time() - t0 < limit:
-        st = job_state(jid)
-        if st not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", ""):
-            # The epilog runs while COMPLETING; syndeo's record goes last.
-            while any(node_has(n, f"{STATE_DIRS}/{jid}") for n in NODES) and time.time() - t0 < limit:
-                time.sleep(0.2)
-            return st
-        time.sleep(0.2)
-    raise SystemExit(f"job {jid} did not finish within {limit}s")
+    """The job's final state once it is over and its epilogs ran on every
+    node (syndeo's record goes last); a job still running after `limit`
+    seconds is cancelled and ends the bench."""
+    return mc("wait", jid, limit, os.path.dirname(JOBS[jid]["stdout"])).strip()
 
 
 def job_out(jid):
     def rd(p):
         try:
-            return open(os.path.join(WORK, p)).read()
+            return open(p).read()
         except OSError:
             return ""
-    return rd(f"out-{jid}"), rd(f"err-{jid}")
-
-
-def slurmd_pid(node):
-    return int(open(f"{ROOT}/run/slurmd-{node}.pid").read().strip())
-
-
-def node_has(node, path):
-    return sh(["nsenter", "-t", str(slurmd_pid(node)), "-m", "--", "test", "-e", path]).returncode == 0
+    return rd(JOBS[jid]["stdout"]), rd(JOBS[jid]["stderr"])
 
 
 # ------------------------------------------- the peers' Python and Ray
@@ -267,7 +282,7 @@ def peer_versions(root):
     is timed."""
     p = as_user_in(NODES[0], [*in_image(root), "python3", "-c",
                               "import ray, sys; print(f'Ray {ray.__version__}, Python {sys.version.split()[0]}')"],
-                   {"PATH": "/usr/bin:/bin", "HOME": f"/home/{USER}"})
+                   {"PATH": "/usr/bin:/bin", "HOME": home()})
     out, _ = p.communicate(timeout=120)
     if p.returncode != 0:
         raise SystemExit(f"bench: the peers' container ({shlex.join(in_image(root))}) failed on {NODES[0]}: {out}")
@@ -275,11 +290,10 @@ def peer_versions(root):
 
 
 def as_user_in(node, argv, env):
-    """A process of USER inside `node`'s namespaces, started by PID (no shell)."""
+    """A process of USER inside `node`'s namespaces, with only `env`, started
+    by PID: NODE_ARGV's prefix (nsenter, setpriv, env -i; no shell)."""
     envv = [f"{k}={v}" for k, v in env.items()]
-    cmd = ["nsenter", "-t", str(slurmd_pid(node)), "-n", "-u", "-m", "--",
-           "setpriv", f"--reuid={USER}", f"--regid={USER}", "--init-groups", "--",
-           "env", "-i", *envv, *argv]
+    cmd = [*NODE_ARGV[node], *envv, *argv]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/")
 
 
@@ -291,7 +305,7 @@ def log_time(line):
 def slurmd_lines(pattern):
     hits = []
     for n in NODES:
-        for line in open(f"/var/log/slurm/slurmd-{n}.log", errors="replace"):
+        for line in mc("slurmd-log", n).splitlines(keepends=True):
             if pattern in line:
                 hits.append((n, line))
     return hits
@@ -313,9 +327,7 @@ def apptainer_start(image, reps):
     built from (the image path without `.sif`), taken in turn; and for a
     bare `true` the same way (the floor). Apptainer's state goes to a
     scratch directory, as syndeo's does, not to the user's home."""
-    state = os.path.join(WORK, "apptainer-state")
-    os.makedirs(state, exist_ok=True)
-    sh(["chown", f"{USER}:{USER}", state])
+    state = user_dir("apptainer-state")
     env = {"PATH": "/usr/bin:/bin", "HOME": WORK, "APPTAINER_CONFIGDIR": state, "APPTAINER_CACHEDIR": state}
     sandbox = image[:-len(".sif")]
     sides = {"sif": ["apptainer", "--quiet", "exec", "--contain", image, "/bin/true"],
@@ -354,10 +366,10 @@ def preload_cost(root, reps):
     user) to start, bind a held port and exit, with syndeo's preload library
     in LD_PRELOAD and without, taken in turn; (with, without)."""
     lib = os.path.join(WORK, "syndeo-preload.so")
-    shutil.copy(f"{mc_state('root').rstrip('/')}/usr/libexec/syndeo/syndeo-preload.so", lib)
+    shutil.copy(f"{ROOT}/usr/libexec/syndeo/syndeo-preload.so", lib)
     os.chmod(lib, 0o644)
     held = ",".join(str(29000 + i) for i in range(9))
-    env = {"PATH": "/usr/bin:/bin", "HOME": f"/home/{USER}", "SYNDEO_HELD_PORTS": held}
+    env = {"PATH": "/usr/bin:/bin", "HOME": home(), "SYNDEO_HELD_PORTS": held}
     sides = {"with": dict(env, LD_PRELOAD=lib), "without": env}
     times = {k: [] for k in sides}
     for i in range(reps + 2):
@@ -400,7 +412,7 @@ def bare_cluster(root):
     port = 20000 + secrets.randbelow(9000)
 
     def env(node):
-        return {"PATH": "/usr/bin:/bin", "HOME": f"/home/{USER}", "RAY_AUTH_MODE": "token",
+        return {"PATH": "/usr/bin:/bin", "HOME": home(), "RAY_AUTH_MODE": "token",
                 "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
                 mark.split("=")[0]: mark.split("=")[1]}
 
@@ -460,8 +472,9 @@ def clean_bench_dirs():
     /tmp/ray (symmetric-run must use Ray's default: its head finds the
     cluster through it). syndeo itself uses neither."""
     for n in NODES:
-        sh(["nsenter", "-t", str(slurmd_pid(n)), "-m", "--", "find", "/tmp", "-maxdepth", "1",
-            "(", "-name", "bench-*", "-o", "-name", "ray", ")", "-user", USER, "-exec", "rm", "-rf", "{}", "+"])
+        mc("in-node", n, "--", "find", "/tmp", "-maxdepth", "1",
+           "(", "-name", "bench-*", "-o", "-name", "ray", ")", "-user", USER, "-exec", "rm", "-rf", "{}", "+",
+           check=False)
 
 
 def peer_job_ready(script):
@@ -478,7 +491,7 @@ def peer_job_ready(script):
         time.sleep(0.2)
         out = job_out(jid)[0]
         state = job_state(jid)
-    slurm(["scancel", str(jid)])
+    mc("cancel", jid, check=False)
     wait_job(jid, limit=120)
     out, err = job_out(jid)
     for pid in processes_with_env(f"SLURM_JOB_ID={jid}"):  # anything of the job Slurm left
@@ -551,10 +564,14 @@ done
 # ---------------------------------------------------------------- 3. srun cost
 
 def srun_latency(n):
+    """n times `srun -N1 -n1 true` as USER, each timed from its start to its
+    exit; nothing but nsenter and runuser in between (syndeo-mc slurm-argv,
+    asked before: it names slurmctld's PID, new after each restart)."""
+    prefix = json.loads(mc("slurm-argv", USER, WORK))
     xs = []
     for _ in range(n):
         t = time.time()
-        r = slurm(["srun", "-N1", "-n1", "true"], as_user=True)
+        r = sh([*prefix, "srun", "-N1", "-n1", "true"])
         if r.returncode != 0:
             raise SystemExit(f"srun true failed: {r.stderr}")
         xs.append(time.time() - t)
@@ -562,18 +579,15 @@ def srun_latency(n):
 
 
 def restart_slurm():
-    r = sh([MC, "restart"])
-    if r.returncode != 0:
-        raise SystemExit(f"minicluster restart failed: {r.stderr}")
-
-
-PLUGSTACK_D = f"{ROOT}/etc/slurm/plugstack.conf.d"
+    mc("restart")
+    refresh_node_argv()
 
 
 def use_plugins(side, empty_plugin):
     """Plugstack for one side of the srun benchmark: syndeo's snippet ("with"),
     the empty plugin's instead ("empty"), or neither ("without")."""
-    conf, off, empty = (os.path.join(PLUGSTACK_D, f) for f in ("syndeo.conf", "syndeo.conf.bench-off", "bench-empty.conf"))
+    plugstack_d = f"{ROOT}/etc/slurm/plugstack.conf.d"
+    conf, off, empty = (os.path.join(plugstack_d, f) for f in ("syndeo.conf", "syndeo.conf.bench-off", "bench-empty.conf"))
     if (side == "with") != os.path.exists(conf):
         os.rename(*((off, conf) if side == "with" else (conf, off)))
     if side == "empty":
@@ -633,16 +647,16 @@ def throughput_pair(image, root, rounds):
     alike. The bare side's cluster and driver run in in_image(root). Returns,
     per side, the rates (tasks/s, one per round) and the machine's busy CPU
     seconds during that side's rounds."""
-    d = os.path.join(WORK, f"tput-{secrets.token_hex(3)}")
-    os.mkdir(d)
-    sh(["chown", f"{USER}:{USER}", d])
-    script = write_user_file("tput.py", TPUT_PY)
+    # The syndeo job runs in d: its container sees its directory, not WORK.
+    d = user_dir(f"tput-{secrets.token_hex(3)}")
+    script = write_user_file("tput.py", TPUT_PY, d)
     _, procs, mark, addr, env = bare_cluster(root)
     jid = None
     try:
         bare = as_user_in(NODES[0], [*in_image(root), "python3", script, "bare", d, str(rounds)],
                           dict(env, RAY_ADDRESS=addr))
-        jid = submit(["-N3", f"--syndeo={image}"], f"#!/bin/bash\nsrun --syndeo -N1 -n1 python3 tput.py syndeo {d} {rounds}\n")
+        jid = submit(["-N3", f"--syndeo={image}"],
+                     f"#!/bin/bash\nsrun --syndeo -N1 -n1 python3 tput.py syndeo {d} {rounds}\n", d)
 
         def why_not():
             if bare.poll() not in (None, 0):
@@ -670,7 +684,7 @@ def throughput_pair(image, root, rounds):
         return rates, cpu
     finally:
         if jid is not None:
-            slurm(["scancel", str(jid)])
+            mc("cancel", jid, check=False)
             wait_job(jid, limit=120)
         bare_stop(procs, mark)
         shutil.rmtree(d, ignore_errors=True)
@@ -729,10 +743,10 @@ def main():
     ap.add_argument("--tput-rounds", type=int, default=12)
     ap.add_argument("--mesh-bench", required=True, help="the mesh-scale benchmark's binary (examples/mesh_bench.rs)")
     ap.add_argument("--empty-plugin", required=True, help="bench/empty_spank.c, built")
+    ap.add_argument("--mc", required=True, help="the minicluster's client, syndeo-mc (tests/src/bin/syndeo-mc.rs)")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
-    os.makedirs(WORK, exist_ok=True)
-    sh(["chown", f"{USER}:{USER}", WORK])
+    connect(a.mc)
     started = time.time()
     root = image_root(a.image)
     peers = peer_versions(root)

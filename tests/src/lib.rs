@@ -1,6 +1,8 @@
-//! Helpers for the integration tests: submit jobs as an unprivileged user,
-//! wait for them, and look inside the minicluster's nodes. The tests need the
-//! minicluster up (`tests/cluster/minicluster up`) and the Ray test image
+//! The minicluster's one client: submit jobs as an unprivileged user, wait
+//! for them, and look inside the minicluster's nodes. The integration tests
+//! use it as a library, the benchmarks (bench/bench.py) through its binary,
+//! `syndeo-mc` (src/bin/syndeo-mc.rs). The tests need the minicluster up
+//! (`tests/cluster/minicluster up`) and the Ray test image
 //! (`tests/cluster/minicluster image`); `tests/run` does both. They are
 //! `#[ignore]`d so a plain `cargo test` runs only unit tests.
 use std::path::{Path, PathBuf};
@@ -24,6 +26,11 @@ pub fn mc_state_dir() -> String {
     }
 }
 
+/// Whether this cluster is up: `minicluster up` wrote its nodes.
+pub fn is_up() -> bool {
+    Path::new(&format!("{}/nodes", mc_state_dir())).exists()
+}
+
 /// A file `minicluster up` writes into the state directory for tests (users,
 /// prefix, fabric_prefix, netns_prefix, log_dir): the script alone says how
 /// each cluster is named.
@@ -44,6 +51,11 @@ fn test_users() -> &'static [String; 2] {
             _ => panic!("{}/users names not two users: {listed:?}", mc_state_dir()),
         }
     })
+}
+
+/// A test user's home directory.
+pub fn home(user: &str) -> String {
+    format!("/home/{user}")
 }
 
 /// The user whose jobs a test runs.
@@ -109,6 +121,11 @@ pub fn run(argv: &[&str]) -> Output {
     Command::new(argv[0]).args(&argv[1..]).output().unwrap_or_else(|e| panic!("cannot run {argv:?}: {e}"))
 }
 
+/// `minicluster restart`: slurmctld and every slurmd again.
+pub fn restart() -> Output {
+    mc_command().arg("restart").output().expect("minicluster restart")
+}
+
 /// `minicluster up` again, with the release and mode it runs now.
 pub fn minicluster_up_again() -> Output {
     let release = release();
@@ -160,7 +177,7 @@ pub fn as_user(user: &str, dir: &Path, argv: &[&str]) -> Output {
         .env_clear()
         .env("SYNDEO_MINICLUSTER", instance().to_string())
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", format!("/home/{user}"))
+        .env("HOME", home(user))
         .env("USER", user)
         .env("LOGNAME", user)
         .current_dir(dir)
@@ -184,7 +201,7 @@ pub fn nodes() -> Vec<String> {
 
 /// A fresh work directory owned by `user`, for one test's job files.
 pub fn workdir(user: &str, name: &str) -> PathBuf {
-    let d = PathBuf::from(format!("/home/{user}/syndeo-tests/{name}"));
+    let d = PathBuf::from(format!("{}/syndeo-tests/{name}", home(user)));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     run(&["chown", "-R", &format!("{user}:{user}"), d.parent().unwrap().to_str().unwrap()]);
@@ -205,6 +222,7 @@ pub struct Job {
 pub fn sbatch(user: &str, dir: &Path, args: &[&str], script: &str) -> Job {
     let path = dir.join("job.sh");
     write_file(user, &path, script);
+    // The file names Job::stdout_path and stderr_path give.
     let mut argv = vec!["sbatch", "--parsable", "-o", "job.out", "-e", "job.err"];
     argv.extend_from_slice(args);
     argv.push("job.sh");
@@ -214,10 +232,25 @@ pub fn sbatch(user: &str, dir: &Path, args: &[&str], script: &str) -> Job {
     Job { id, dir: dir.to_path_buf() }
 }
 
+/// The value of `name` in what `scontrol show KIND ID` prints (`NAME=value`).
+fn scontrol_field(kind: &str, id: &str, name: &str) -> Option<String> {
+    let o = run(&["scontrol", "show", kind, id]);
+    text(&o).split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_string))
+}
+
+/// A field of `scontrol show node NODE` ("CPUTot", "State", ...).
+pub fn node_field(node: &str, name: &str) -> Option<String> {
+    scontrol_field("node", node, name)
+}
+
+/// `scancel JOB`, as root.
+pub fn cancel(job: u32) -> Output {
+    run(&["scancel", &job.to_string()])
+}
+
 impl Job {
     pub fn field(&self, name: &str) -> Option<String> {
-        let o = run(&["scontrol", "show", "job", &self.id.to_string()]);
-        text(&o).split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_string))
+        scontrol_field("job", &self.id.to_string(), name)
     }
 
     /// The job's nodes, one name each: its `NodeList` expanded by
@@ -247,19 +280,29 @@ impl Job {
             }
             if start.elapsed() >= limit {
                 // A test that gives up must not leave its job holding the nodes.
-                let _ = mc_command().args(["exec", "scancel", &self.id.to_string()]).output();
+                cancel(self.id);
                 panic!("job {} still {state} after {limit:?} (cancelled): {}", self.id, self.output());
             }
             std::thread::sleep(Duration::from_millis(250));
         }
     }
 
+    /// Where the job's stdout goes (`sbatch -o`).
+    pub fn stdout_path(&self) -> PathBuf {
+        self.dir.join("job.out")
+    }
+
+    /// Where the job's stderr goes (`sbatch -e`).
+    pub fn stderr_path(&self) -> PathBuf {
+        self.dir.join("job.err")
+    }
+
     pub fn stdout(&self) -> String {
-        std::fs::read_to_string(self.dir.join("job.out")).unwrap_or_default()
+        std::fs::read_to_string(self.stdout_path()).unwrap_or_default()
     }
 
     pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.join("job.err")).unwrap_or_default()
+        std::fs::read_to_string(self.stderr_path()).unwrap_or_default()
     }
 
     pub fn output(&self) -> String {
@@ -285,9 +328,10 @@ pub fn user_processes(node: &str, user: &str) -> Vec<String> {
     String::from_utf8_lossy(&o.stdout).lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect()
 }
 
-/// Lines of a node's slurmd log.
+/// Lines of a node's slurmd log (a byte that is not UTF-8 becomes U+FFFD).
 pub fn slurmd_log(node: &str) -> String {
-    std::fs::read_to_string(format!("{}/slurmd-{node}.log", slurm_log_dir())).unwrap_or_default()
+    let raw = std::fs::read(format!("{}/slurmd-{node}.log", slurm_log_dir())).unwrap_or_default();
+    String::from_utf8_lossy(&raw).into_owned()
 }
 
 /// Node states that mean a node was taken out of service.
@@ -579,6 +623,11 @@ pub fn state_dir(job: u32) -> String {
     layout::state_dir(Path::new(layout::DEFAULT_RUNTIME_BASE), job).display().to_string()
 }
 
+/// Where root's state directories of jobs are on a node (`state_dir`'s parent).
+pub fn state_dirs() -> String {
+    Path::new(layout::DEFAULT_RUNTIME_BASE).join(layout::JOBS_DIR).display().to_string()
+}
+
 /// The job's secret on `node`, as root keeps it.
 pub fn job_secret(job: u32, node: &str) -> String {
     text(&in_node(node, &["cat", &format!("{}/{STATE_SECRET}", state_dir(job))])).trim().to_string()
@@ -587,6 +636,35 @@ pub fn job_secret(job: u32, node: &str) -> String {
 /// The PID of `node`'s slurmd (its namespaces are the node's).
 pub fn slurmd_pid(node: &str) -> i32 {
     std::fs::read_to_string(format!("{}/run/slurmd-{node}.pid", root_prefix())).unwrap().trim().parse().unwrap()
+}
+
+/// The PID of the cluster's slurmctld (its mount namespace is the release's root).
+pub fn slurmctld_pid() -> i32 {
+    let path = format!("{}/run/slurmctld-syndeo.pid", root_prefix());
+    let pid = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("slurmctld is not running ({path}: {e})"));
+    pid.trim().parse().unwrap_or_else(|_| panic!("{path} holds no PID"))
+}
+
+/// The argv prefix that runs a Slurm client command of the running release
+/// as `user` in `dir`: slurmctld's mount namespace, `runuser`, nothing else
+/// (no script, no new namespace), for a caller that times the command
+/// itself. The environment is the caller's; `as_user` is the tests' way.
+pub fn slurm_client_argv(user: &str, dir: &Path) -> Vec<String> {
+    let ctld = slurmctld_pid().to_string();
+    let wd = format!("--wdns={}", dir.display());
+    ["nsenter", "-t", &ctld, "-m", &wd, "--", "/usr/sbin/runuser", "-u", user, "--"].map(String::from).to_vec()
+}
+
+/// The argv prefix that runs a command as `user` inside `node`'s namespaces
+/// (network, UTS, mount) with an empty environment: `KEY=VALUE` words, then
+/// the command, follow it. nsenter, setpriv and env each exec the next, so
+/// the command is the process the caller started: no script in between.
+pub fn in_node_as_user_argv(node: &str, user: &str) -> Vec<String> {
+    let pid = slurmd_pid(node).to_string();
+    let (uid, gid) = (format!("--reuid={user}"), format!("--regid={user}"));
+    ["nsenter", "-t", &pid, "-n", "-u", "-m", "--", "setpriv", &uid, &gid, "--init-groups", "--", "env", "-i"]
+        .map(String::from)
+        .to_vec()
 }
 
 /// A process of `job`'s cluster on `node` whose command line starts with `prefix`.
@@ -638,8 +716,8 @@ pub struct CancelOnDrop(pub Vec<u32>);
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            for id in &self.0 {
-                run(&["scancel", &id.to_string()]);
+            for &id in &self.0 {
+                cancel(id);
             }
             for &id in &self.0 {
                 let job = Job { id, dir: PathBuf::from("/") };
