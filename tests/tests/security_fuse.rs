@@ -11,23 +11,22 @@
 //!   failed"), with `--syndeo` as without, and syndeo's epilog is not what
 //!   drains it. The test says which drained the node.
 //!
-//! FUSE's tools are in the 26.05 root only (Apptainer's nodes); on the other
-//! releases each test says NOT RUN.
+//! Every release's nodes have FUSE's tools and a /dev/fuse users can open
+//! (tests/cluster/roots, tests/cluster/minicluster); a node without them
+//! fails the test rather than skipping it.
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use syndeo_tests::*;
 
-/// Whether node1 has what a user needs to make a FUSE mount of a squashfs;
-/// says NOT RUN when it has not.
-fn fuse_tools() -> bool {
-    let there = ["/usr/bin/squashfuse", "/usr/bin/fusermount3", "/usr/bin/mksquashfs"]
-        .iter()
-        .all(|p| node_path_exists("node1", p));
-    if !there {
-        eprintln!("NOT RUN: node1 has no squashfuse, fusermount3 and mksquashfs (the 26.05 root has them)");
+/// Fails unless node1 has what a user needs to make a FUSE mount of a squashfs.
+fn require_fuse_tools() {
+    for p in ["/usr/bin/squashfuse", "/usr/bin/fusermount3", "/usr/bin/mksquashfs"] {
+        assert!(
+            node_path_exists("node1", p),
+            "node1 has no {p}: the minicluster installs FUSE's tools on every release"
+        );
     }
-    there
 }
 
 /// The daemon's job: builds a squashfs, waits for the mount point's path in
@@ -105,9 +104,7 @@ fn wait_mounted(daemon: &Job, dir: &Path) {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_hung_fuse_mount_in_the_jobs_own_tree_leaves_the_epilog_bounded_and_drains_nothing() {
-    if !fuse_tools() {
-        return;
-    }
+    require_fuse_tools();
     let image = image();
     let (daemon, bdir) = daemon_job("fuse-daemon-tree");
     let _cancel = CancelOnDrop(vec![daemon.id]);
@@ -250,9 +247,7 @@ struct Stuck {
 #[test]
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_process_stuck_on_a_hung_fuse_mount_is_slurms_alike_with_and_without_syndeo_and_the_epilog_still_ends() {
-    if !fuse_tools() {
-        return;
-    }
+    require_fuse_tools();
     let image = image();
     let plain = stuck_job("plain", None);
     let with = stuck_job("syndeo", Some(&image));
