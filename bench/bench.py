@@ -20,6 +20,7 @@ one run are the result.
 5. Mesh scale: simulated nodes' agents on loopback, Ray replaced by a no-op.
 """
 import argparse
+import collections
 import datetime
 import functools
 import json
@@ -640,13 +641,80 @@ def busy_cpu_seconds():
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+def job_processes(jid):
+    """A syndeo job's processes: those in its cgroup (with Slurm's cgroup
+    plugins; the step's container, whose environment Apptainer cleans, and
+    FUSE daemons among them) and those with syndeo's marker for it (the
+    agent, the container runtime, Ray)."""
+    pids = set(processes_with_env(f"SYNDEO_JOB_ID={jid}"))
+    pids.update(p for p, cg in each_process("cgroup") if f"/job_{jid}/".encode() in cg)
+    return pids
+
+
+def python_program(pid, comm):
+    """`python3 PROGRAM` for a Python process: which of a side's Pythons
+    (its driver, Ray's log monitor or autoscaler, syndeo's launcher) it is."""
+    try:
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        return comm
+    prog = next((a for a in argv[1:] if a and not a.startswith(b"-")), b"")
+    return f"{comm} {os.path.basename(prog.decode(errors='replace'))}".strip()
+
+
+def cpu_of_processes(pids):
+    """{PID: (command name, CPU seconds so far: user and system, with reaped
+    children's)} of each of `pids`."""
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu = {}
+    for pid in pids:
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if comm.startswith("python"):
+            comm = python_program(pid, comm)
+        cpu[pid] = (comm, sum(int(x) for x in rest[11:15]) / tick)
+    return cpu
+
+
+def cpu_by_command(before, after):
+    """CPU seconds each command name spent between two cpu_of_processes():
+    the processes alive at the second (those started since from zero)."""
+    by = collections.Counter()
+    for pid, (comm, secs) in after.items():
+        by[comm] += secs - before.get(pid, (comm, 0.0))[1]
+    return by
+
+
+def cpu_table(by_cmd, cpu, tasks):
+    """Where each side's CPU went during its own rounds, per 1,000 tasks: its
+    processes by command name (the largest first), and the rest of the
+    machine (Slurm, the kernel, the other side's idle cluster)."""
+    per = 1000 / tasks
+    names = sorted(set(by_cmd["syndeo"]) | set(by_cmd["bare"]),
+                   key=lambda n: -max(by_cmd["syndeo"][n], by_cmd["bare"][n]))
+    rows = ["| process (command name) | syndeo, s per 1,000 tasks | bare | syndeo - bare |", "|---|---|---|---|"]
+    for n in names:
+        s, b = by_cmd["syndeo"][n] * per, by_cmd["bare"][n] * per
+        if max(s, b) >= 0.005:
+            rows.append(f"| {n} | {s:.3f} | {b:.3f} | {s - b:+.3f} |")
+    rest = {side: (cpu[side] - sum(by_cmd[side].values())) * per for side in cpu}
+    rows.append(f"| the rest of the machine | {rest['syndeo']:.3f} | {rest['bare']:.3f} | "
+                f"{rest['syndeo'] - rest['bare']:+.3f} |")
+    return rows
+
+
 def throughput_pair(image, root, rounds):
     """A syndeo cluster and a bare one, up at once on the same nodes. Their
     drivers take turns, one round of 2,000 tasks at a time, and which side
     goes first alternates: a drift of the machine's speed falls on both
     alike. The bare side's cluster and driver run in in_image(root). Returns,
-    per side, the rates (tasks/s, one per round) and the machine's busy CPU
-    seconds during that side's rounds."""
+    per side, the rates (tasks/s, one per round), the machine's busy CPU
+    seconds during that side's rounds and, of those, each of its processes'
+    by command name (cpu_by_command: a process that ends within a round
+    and is not reaped by one of its side counts in neither)."""
     # The syndeo job runs in d: its container sees its directory, not WORK.
     d = user_dir(f"tput-{secrets.token_hex(3)}")
     script = write_user_file("tput.py", TPUT_PY, d)
@@ -655,8 +723,10 @@ def throughput_pair(image, root, rounds):
     try:
         bare = as_user_in(NODES[0], [*in_image(root), "python3", script, "bare", d, str(rounds)],
                           dict(env, RAY_ADDRESS=addr))
+        # The driver's step gets every CPU of node1, as the bare driver may use
+        # every core: a step of one task is otherwise pinned to one CPU.
         jid = submit(["-N3", f"--syndeo={image}"],
-                     f"#!/bin/bash\nsrun --syndeo -N1 -n1 python3 tput.py syndeo {d} {rounds}\n", d)
+                     f"#!/bin/bash\nsrun --syndeo -N1 -n1 -c{node_cpus()} python3 tput.py syndeo {d} {rounds}\n", d)
 
         def why_not():
             if bare.poll() not in (None, 0):
@@ -669,19 +739,22 @@ def throughput_pair(image, root, rounds):
         for side in ("syndeo", "bare"):
             wait_file(os.path.join(d, f"{side}.ready"), 300, why_not)
         rates, cpu = {"syndeo": [], "bare": []}, {"syndeo": 0.0, "bare": 0.0}
+        by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
+        which = {"syndeo": lambda: job_processes(jid), "bare": lambda: processes_with_env(mark)}
         for k in range(rounds):
             for side in (("syndeo", "bare") if k % 2 == 0 else ("bare", "syndeo")):
-                before = busy_cpu_seconds()
+                before, procs_before = busy_cpu_seconds(), cpu_of_processes(which[side]())
                 open(os.path.join(d, f"go-{side}-{k}"), "w").close()
                 done = os.path.join(d, f"done-{side}-{k}")
                 wait_file(done, 120, why_not)
                 cpu[side] += busy_cpu_seconds() - before
+                by_cmd[side].update(cpu_by_command(procs_before, cpu_of_processes(which[side]())))
                 rates[side].append(float(open(done).read()))
         bare.communicate(timeout=60)
         if wait_job(jid) != "COMPLETED":
             raise SystemExit(f"syndeo job {jid}: {''.join(job_out(jid))[-2000:]}")
         jid = None
-        return rates, cpu
+        return rates, cpu, by_cmd
     finally:
         if jid is not None:
             mc("cancel", jid, check=False)
@@ -741,6 +814,8 @@ def main():
     # shared cores, and by more from one cluster to the next.
     ap.add_argument("--tput-reps", type=int, default=5)
     ap.add_argument("--tput-rounds", type=int, default=12)
+    ap.add_argument("--only-throughput", action="store_true",
+                    help="only the throughput pairs, with where each side's CPU went; prints, writes nothing")
     ap.add_argument("--mesh-bench", required=True, help="the mesh-scale benchmark's binary (examples/mesh_bench.rs)")
     ap.add_argument("--empty-plugin", required=True, help="bench/empty_spank.c, built")
     ap.add_argument("--mc", required=True, help="the minicluster's client, syndeo-mc (tests/src/bin/syndeo-mc.rs)")
@@ -773,30 +848,41 @@ def main():
             "syndeo, dashboard on": lambda: syndeo_ready(a.dashboard_image)[0]}
     order = [side for side in ["bare ray start", "syndeo", "syndeo, dashboard on", "symmetric-run", "sleep template"]
              if side in ready]
-    for i in range(a.reps):
+    for i in range(0 if a.only_throughput else a.reps):
         # Interleaved: each repetition runs the sides in the other order, so a
         # drift of the machine's speed falls on both sides of each ratio alike.
         log(f"bench: repetition {i + 1}/{a.reps}")
         for side in (order if i % 2 == 0 else order[::-1]):
             ready[side].append(runs[side]())
-    log("bench: srun cost with the plugin, with an empty plugin, and without")
-    srun = srun_cost(a.srun_reps, a.empty_plugin)
-    with_plugin, without_plugin = srun["with"], srun["without"]
-    log("bench: the preload library's cost to a process of Ray's container")
-    held_with, held_without = preload_cost(root, a.srun_reps)
+    if not a.only_throughput:
+        log("bench: srun cost with the plugin, with an empty plugin, and without")
+        srun = srun_cost(a.srun_reps, a.empty_plugin)
+        with_plugin, without_plugin = srun["with"], srun["without"]
+        log("bench: the preload library's cost to a process of Ray's container")
+        held_with, held_without = preload_cost(root, a.srun_reps)
     log("bench: task throughput")
     tputs = {"syndeo": [], "bare": []}
     cpu = {"syndeo": 0.0, "bare": 0.0}
     pair_ratios = []
+    by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
     for i in range(a.tput_reps):
-        rates, used = throughput_pair(a.image, root, a.tput_rounds)
+        rates, used, procs = throughput_pair(a.image, root, a.tput_rounds)
         for side in tputs:
             tputs[side] += rates[side]
             cpu[side] += used[side]
+            by_cmd[side].update(procs[side])
         pair_ratios.append(median(rates["syndeo"]) / median(rates["bare"]))
     tput_syndeo, tput_bare = median(tputs["syndeo"]), median(tputs["bare"])
     tasks = 2000 * a.tput_rounds * a.tput_reps
     cpu_syndeo, cpu_bare = (cpu[side] / tasks * 1000 for side in ("syndeo", "bare"))
+    where = cpu_table(by_cmd, cpu, tasks)
+    if a.only_throughput:
+        print(f"throughput: syndeo {tput_syndeo:.0f}/s, bare {tput_bare:.0f}/s, syndeo/bare "
+              f"{tput_syndeo / tput_bare:.3f}; pairs: {', '.join(f'{x:.3f}' for x in pair_ratios)}")
+        print(f"CPU per 1,000 tasks, whole machine: syndeo {cpu_syndeo:.3f} s, bare {cpu_bare:.3f} s, "
+              f"syndeo/bare {cpu_syndeo / cpu_bare:.3f}")
+        print("\n".join(where))
+        return
     log("bench: mesh scale (simulated agents on loopback)")
     mesh = mesh_scale(a.mesh_bench, a.reps)
     cfg = cluster_config()
@@ -856,6 +942,11 @@ def main():
         "Every repetition (seconds): " + "; ".join(f"{k}: {', '.join(f'{x:.2f}' for x in v)}" for k, v in ready.items()),
         f"Throughput, syndeo/bare per pair of clusters ({a.tput_reps} pairs of {a.tput_rounds} rounds a side; "
         "each the ratio of the two sides' median rounds): " + ", ".join(f"{x:.2f}" for x in pair_ratios),
+        "",
+        "Where each side's CPU went during its own rounds, per 1,000 tasks: its processes by command name",
+        "(syndeo's: the job's cgroup and syndeo's marker; bare's: its marker), the rest of the machine apart.",
+        "",
+        *where,
         "",
         "Mesh scale: N simulated nodes' agents in one process, each on its own loopback address, electing",
         "a head and wiring up (Join, Watch, Report) for real; **Ray's launch is replaced by a no-op** here.",
