@@ -13,7 +13,7 @@ use super::lifecycle;
 use super::mesh::{counters, Mesh};
 use super::state::Shared;
 use crate::config::PortRange;
-use crate::job::simulated_spec;
+use crate::job::simulated_spec_of;
 
 /// N agents started together; their job directories go when it is dropped.
 pub struct Simulation {
@@ -38,11 +38,10 @@ impl Simulation {
     ) -> std::io::Result<Simulation> {
         let dir = base.join(format!("syndeo-sim-{}-{job_id}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let names: Vec<String> = (0..n).map(node_name).collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Arc<[String]> = (0..n).map(node_name).collect();
         let mut agents = Vec::with_capacity(n);
         for i in 0..n {
-            let mut spec = simulated_spec(job_id, &refs, i);
+            let mut spec = simulated_spec_of(job_id, names.clone(), i);
             spec.job_dir = dir.join(i.to_string());
             spec.temp_dir = spec.job_dir.clone();
             spec.config.mesh_ports = mesh_ports;
@@ -67,7 +66,7 @@ impl Simulation {
             let settled = rx.wait_for(|s| !matches!(s, NodeState::Starting(_)));
             let state = tokio::time::timeout(limit.saturating_sub(started.elapsed()), settled)
                 .await
-                .map_err(|_| format!("{} not ready within {limit:?}: {:?}", a.spec.node, *a.node_state.borrow()))?
+                .map_err(|_| format!("not ready within {limit:?}: {}", self.stuck()))?
                 .map_err(|e| e.to_string())?
                 .clone();
             if let NodeState::Failed(e) = state {
@@ -75,6 +74,23 @@ impl Simulation {
             }
         }
         Ok(started.elapsed())
+    }
+}
+
+impl Simulation {
+    /// The agents not ready, as many as say the same, with one's name.
+    fn stuck(&self) -> String {
+        let mut by_state: std::collections::BTreeMap<String, (usize, &str)> = Default::default();
+        for a in &self.agents {
+            let state = a.node_state.borrow().clone();
+            if state != NodeState::Ready {
+                let role = a.role.borrow().clone();
+                let e = by_state.entry(format!("{role:?}: {state:?}")).or_insert((0, &a.spec.node));
+                e.0 += 1;
+            }
+        }
+        let each: Vec<String> = by_state.iter().map(|(s, (n, one))| format!("{n} ({one}, ...) {s}")).collect();
+        each.join("; ")
     }
 }
 
