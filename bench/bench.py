@@ -770,17 +770,20 @@ MESH_SIZES = [64, 256, 1024, 4096]
 
 def mesh_scale(binary, reps):
     """The mesh-scale benchmark (node-agent's examples/mesh_bench.rs), as the
-    unprivileged user: per N, the median seconds to ready and the messages
-    per node over `reps` runs."""
+    unprivileged user: per N, over `reps` runs, the medians of the seconds to
+    ready, the messages per node, the head's CPU per joining node (µs) and
+    the projected seconds at 4,096 and 16,384 real nodes."""
     runs = {n: [] for n in MESH_SIZES}
     for _ in range(reps):
         out = sh(["runuser", "-u", USER, "--", binary, ",".join(map(str, MESH_SIZES))],
                  check=True).stdout
         for line in out.splitlines():
             f = line.split()
-            if len(f) == 4 and f[0].isdigit():
-                runs[int(f[0])].append((float(f[1]), int(f[2])))
-    return {n: (median([s for s, _ in v]), median([m for _, m in v]) / n) for n, v in runs.items()}
+            if len(f) == 7 and f[0].isdigit():
+                runs[int(f[0])].append((float(f[1]), int(f[2]), float(f[4]), float(f[5]), float(f[6])))
+    return {n: (median([r[0] for r in v]), median([r[1] for r in v]) / n,
+                median([r[2] for r in v]), median([r[3] for r in v]), median([r[4] for r in v]))
+            for n, v in runs.items()}
 
 
 def plot(rows, path):
@@ -953,20 +956,23 @@ def main():
         "Time from the agents' start until every one of them sees the cluster ready; messages are mesh",
         "calls served plus cluster views streamed.",
         "",
-        "| nodes | ready (median) | messages per node |",
-        "|---|---|---|",
-    ] + [f"| {n} | {s:.3f} s | {m:.2f} |" for n, (s, m) in mesh.items()] + [
+        "| nodes | ready (median) | messages per node | head CPU per joining node |",
+        "|---|---|---|---|",
+    ] + [f"| {n} | {s:.3f} s | {m:.2f} | {h:.0f} µs |" for n, (s, m, h, _, _) in mesh.items()] + [
         "",
         f"4,096 nodes: {mesh[4096][0]:.2f} s (target < 3 s). Messages per node, 4,096 vs 1,024 nodes: "
         f"{mesh[4096][1] / mesh[1024][1]:.2f} (1.00 is O(N) messages in all); time, 4,096 vs 1,024: "
         f"{mesh[4096][0] / mesh[1024][0]:.2f} (4.00 is linear).",
+        f"Projected from the head's CPU per joining node at 4,096 (each agent on its own machine; head CPU "
+        f"× N + 5 ms, the head's mesh work on one core): {mesh[4096][3]:.2f} s at 4,096 real nodes, "
+        f"{mesh[4096][4]:.2f} s at 16,384.",
     ]
     print("\n".join(lines))
     print(f"ready ratio syndeo/bare: {ratio['syndeo/bare']:.2f}")
     print(f"ready ratio symmetric-run/syndeo: {ratio['symmetric-run/syndeo']:.2f}")
     print(f"throughput ratio syndeo/bare: {tput_syndeo / tput_bare:.2f}")
-    print(f"mesh scale 4096 nodes: {mesh[4096][0]:.2f} s, {mesh[4096][1]:.2f} messages per node "
-          f"(1024 nodes: {mesh[1024][0]:.2f} s, {mesh[1024][1]:.2f})")
+    print(f"mesh scale 4096 nodes: {mesh[4096][0]:.2f} s, {mesh[4096][1]:.2f} messages per node, "
+          f"head {mesh[4096][2]:.0f} µs per joining node (1024 nodes: {mesh[1024][0]:.2f} s, {mesh[1024][1]:.2f})")
     png = os.path.join(OUT, f"ready-{config_key(cfg)}.png")
     plot(list(ready.items()), png)
     write_benchmarks_md(lines, a, cfg, time.time() - started)
@@ -1102,6 +1108,15 @@ are the result. Benchmarks never fail CI.
   with its `simulation` feature, which the packages never have) runs N agents' real lifecycle in one process, each with its own
   mesh server on 127.10.x.y and its job directory on tmpfs; the launcher is a no-op that
   says "started" at once. It counts every mesh call served and every view streamed.
+  Node 0's agent, which the election makes head, runs on a runtime of its own (two
+  threads, as the other agents'); the head's CPU per joining node is those threads' CPU
+  time (schedstat) until every node is ready, over N−1. On its own machine a worker does
+  its own part (its key, its side of the handshake, its calls) in parallel with all the
+  others; what they share is the head, which serves each one's handshake, Join, Watch and
+  Report. So the projection for N real nodes is that CPU × (N−1), as if the head had one
+  core for it, plus 5 ms for one worker's own path (its CPU and about six round trips).
+  It leaves out the spread of the agents' start and Ray. On loopback the head's thread
+  also pays the kernel's delivery of what it sends to the workers' sockets.
   Simulated nodes take their port numbers without holding them (a real node holds its
   own, and no Ray binds them here): in one process, every node's holders on 0.0.0.0 made
   each later node's pick scan past all earlier nodes' ports, O(N²) binds (1,024 nodes

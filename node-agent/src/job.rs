@@ -4,6 +4,7 @@
 //! write).
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use syndeo_protocol::layout::JobDir;
@@ -26,7 +27,9 @@ pub struct JobSpec {
     pub user: String,
     /// This node's name and its place in the job's ordered node list.
     pub node: String,
-    pub nodes: Vec<String>,
+    /// Shared: the same list on a node's every copy of its spec (and, in the
+    /// mesh benchmark, on all N simulated nodes').
+    pub nodes: Arc<[String]>,
     /// Each node's address as Slurm knows it (NodeAddr), in `nodes`' order;
     /// None: resolve the node's name.
     #[serde(default)]
@@ -151,6 +154,13 @@ impl JobSpec {
 /// in list order, this node at `index`, and the site's defaults.
 #[cfg(any(test, feature = "simulation"))]
 pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
+    simulated_spec_of(job_id, nodes.iter().map(|n| n.to_string()).collect(), index)
+}
+
+/// `simulated_spec` for a list shared by all the job's simulated nodes (the
+/// mesh benchmark's: N copies of N names would be O(N²) memory).
+#[cfg(any(test, feature = "simulation"))]
+pub fn simulated_spec_of(job_id: u32, nodes: Arc<[String]>, index: usize) -> JobSpec {
     let job = job_id.to_string();
     JobSpec {
         job_id,
@@ -158,14 +168,14 @@ pub fn simulated_spec(job_id: u32, nodes: &[&str], index: usize) -> JobSpec {
         uid: 1000,
         gid: 1000,
         user: "u".into(),
-        node: nodes[index].into(),
-        nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        node: nodes[index].clone(),
+        nodes: nodes.clone(),
         addrs: vec![],
         index,
         cpus: 2,
         gpus: vec![],
         gpu_devices: vec![],
-        labels: syndeo_protocol::labels::SlurmLabels { node: nodes[index].into(), ..Default::default() },
+        labels: syndeo_protocol::labels::SlurmLabels { node: nodes[index].clone(), ..Default::default() },
         image: Some("/img".into()),
         workdir: "/home/u".into(),
         job_dir: PathBuf::from("/run/syndeo").join(&job),

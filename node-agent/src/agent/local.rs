@@ -95,7 +95,7 @@ fn status(shared: &Shared) -> StatusReply {
         detail,
         head: v.head_node,
         ray_address: v.gcs_address,
-        nodes: shared.spec.nodes.clone(),
+        nodes: shared.spec.nodes.to_vec(),
         ready_nodes: shared.ready_nodes(),
         dashboard_url: v.dashboard_url,
         dashboard_note: v.dashboard_note,

@@ -11,14 +11,17 @@ use super::cluster::NodeState;
 use super::launcher::Launcher;
 use super::lifecycle;
 use super::mesh::{counters, Mesh};
-use super::state::Shared;
+use super::state::{Role, Shared};
 use crate::config::PortRange;
-use crate::job::simulated_spec;
+use crate::job::simulated_spec_of;
 
 /// N agents started together; their job directories go when it is dropped.
 pub struct Simulation {
     pub agents: Vec<Arc<Shared>>,
     dir: PathBuf,
+    /// Node 0's agent (the head the election makes) on a thread of its own,
+    /// if it was started so (`start_head_apart`).
+    head: Option<HeadThread>,
 }
 
 /// The loopback address of simulated node `i`.
@@ -28,7 +31,8 @@ pub fn node_name(i: usize) -> String {
 
 impl Simulation {
     /// Starts `n` agents of job `job_id` under `base` (one directory per
-    /// node), with mesh ports from `mesh_ports` and `launcher` for Ray.
+    /// node), with mesh ports from `mesh_ports` and `launcher` for Ray, all
+    /// on the caller's runtime.
     pub fn start(
         job_id: u32,
         n: usize,
@@ -36,13 +40,36 @@ impl Simulation {
         mesh_ports: PortRange,
         launcher: Arc<dyn Launcher>,
     ) -> std::io::Result<Simulation> {
+        Simulation::start_with(job_id, n, base, mesh_ports, launcher, false)
+    }
+
+    /// As `start`, but node 0's agent runs on a thread of its own with its
+    /// own runtime (all it spawns, its handshakes and calls served, runs
+    /// there): `head_cpu` is then the head's own CPU time.
+    pub fn start_head_apart(
+        job_id: u32,
+        n: usize,
+        base: &Path,
+        mesh_ports: PortRange,
+        launcher: Arc<dyn Launcher>,
+    ) -> std::io::Result<Simulation> {
+        Simulation::start_with(job_id, n, base, mesh_ports, launcher, true)
+    }
+
+    fn start_with(
+        job_id: u32,
+        n: usize,
+        base: &Path,
+        mesh_ports: PortRange,
+        launcher: Arc<dyn Launcher>,
+        head_apart: bool,
+    ) -> std::io::Result<Simulation> {
         let dir = base.join(format!("syndeo-sim-{}-{job_id}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let names: Vec<String> = (0..n).map(node_name).collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Arc<[String]> = (0..n).map(node_name).collect();
         let mut agents = Vec::with_capacity(n);
         for i in 0..n {
-            let mut spec = simulated_spec(job_id, &refs, i);
+            let mut spec = simulated_spec_of(job_id, names.clone(), i);
             spec.job_dir = dir.join(i.to_string());
             spec.temp_dir = spec.job_dir.clone();
             spec.config.mesh_ports = mesh_ports;
@@ -52,11 +79,25 @@ impl Simulation {
             let mesh = Mesh::new(&spec, &"b".repeat(64), None).map_err(std::io::Error::other)?;
             agents.push((Arc::new(Shared::new(spec, launcher.clone())), Arc::new(mesh)));
         }
-        for (a, mesh) in &agents {
-            tokio::spawn(lifecycle::run(a.clone(), mesh.clone()));
+        let mut head = None;
+        for (i, (a, mesh)) in agents.iter().enumerate() {
+            if i == 0 && head_apart {
+                head = Some(HeadThread::start(a.clone(), mesh.clone())?);
+            } else {
+                tokio::spawn(lifecycle::run(a.clone(), mesh.clone()));
+            }
         }
         let agents = agents.into_iter().map(|(a, _)| a).collect();
-        Ok(Simulation { agents, dir })
+        Ok(Simulation { agents, dir, head })
+    }
+
+    /// The CPU time (user and system) of the head's thread so far; None
+    /// unless node 0 has one (`start_head_apart`) and is the head.
+    pub fn head_cpu(&self) -> Option<Duration> {
+        if *self.agents[0].role.borrow() != Role::Head {
+            return None;
+        }
+        self.head.as_ref().and_then(HeadThread::cpu)
     }
 
     /// Waits until every agent's node is ready (Ok: how long it took) or one
@@ -67,7 +108,7 @@ impl Simulation {
             let settled = rx.wait_for(|s| !matches!(s, NodeState::Starting(_)));
             let state = tokio::time::timeout(limit.saturating_sub(started.elapsed()), settled)
                 .await
-                .map_err(|_| format!("{} not ready within {limit:?}: {:?}", a.spec.node, *a.node_state.borrow()))?
+                .map_err(|_| format!("not ready within {limit:?}: {}", self.stuck()))?
                 .map_err(|e| e.to_string())?
                 .clone();
             if let NodeState::Failed(e) = state {
@@ -78,8 +119,87 @@ impl Simulation {
     }
 }
 
+impl Simulation {
+    /// The agents not ready, as many as say the same, with one's name.
+    fn stuck(&self) -> String {
+        let mut by_state: std::collections::BTreeMap<String, (usize, &str)> = Default::default();
+        for a in &self.agents {
+            let state = a.node_state.borrow().clone();
+            if state != NodeState::Ready {
+                let role = a.role.borrow().clone();
+                let e = by_state.entry(format!("{role:?}: {state:?}")).or_insert((0, &a.spec.node));
+                e.0 += 1;
+            }
+        }
+        let each: Vec<String> = by_state.iter().map(|(s, (n, one))| format!("{n} ({one}, ...) {s}")).collect();
+        each.join("; ")
+    }
+}
+
+/// One agent on threads of its own: a runtime of its own, with two workers
+/// as the others' (a real head has a machine to itself), whose threads'
+/// CPU time is its own.
+struct HeadThread {
+    tids: Arc<std::sync::Mutex<Vec<i32>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HeadThread {
+    fn start(shared: Arc<Shared>, mesh: Arc<Mesh>) -> std::io::Result<HeadThread> {
+        let tids = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = tids.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("simulated-head")
+            .on_thread_start(move || seen.lock().expect("not poisoned").push(nix::unistd::gettid().as_raw()))
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new().name("simulated-head".into()).spawn(move || {
+            rt.block_on(async {
+                tokio::select! {
+                    _ = rt_spawn(lifecycle::run(shared, mesh)) => {}
+                    _ = stopped => {}
+                }
+            });
+            rt.shutdown_timeout(Duration::from_millis(200));
+        })?;
+        Ok(HeadThread { tids, stop: Some(stop), thread: Some(thread) })
+    }
+
+    /// The CPU time of the runtime's threads: the first field of each one's
+    /// schedstat, in ns.
+    fn cpu(&self) -> Option<Duration> {
+        let mut ns = 0u64;
+        for tid in self.tids.lock().expect("not poisoned").iter() {
+            let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+            ns += text.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+        Some(Duration::from_nanos(ns))
+    }
+}
+
+/// Runs `f` as a task of the current runtime (on its workers, not on the
+/// thread that blocks on it).
+async fn rt_spawn(f: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = tokio::spawn(f).await;
+}
+
+impl Drop for HeadThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl Drop for Simulation {
     fn drop(&mut self) {
+        self.head.take();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -234,7 +234,7 @@ fn job_spec<O: PrologOps>(
         gid: id.gid,
         user: id.name.clone(),
         node,
-        nodes,
+        nodes: nodes.into(),
         addrs,
         index,
         cpus,

@@ -152,7 +152,7 @@ fn a_plain_job_is_its_own_cluster_and_component_zero() {
     let spec = saved_spec(&ops);
     assert_eq!((spec.job_id, spec.cluster_id, spec.labels.het_group), (42, 42, 0));
     assert_eq!((spec.node.as_str(), spec.index, spec.cpus), ("node1", 0, 4));
-    assert_eq!(spec.nodes, ["node1", "node2"]);
+    assert_eq!(*spec.nodes, ["node1", "node2"]);
     assert_eq!(spec.addrs, [None, Some("10.0.0.2".parse().unwrap())]);
     assert_eq!((spec.uid, spec.gid, spec.user.as_str()), (1000, 100, "alice"));
     assert!(ops.notes.borrow().is_empty() && ops.drained.borrow().is_empty());
@@ -187,7 +187,7 @@ fn a_heterogeneous_component_joins_the_leaders_cluster_with_all_nodes_and_its_ow
     run_with(&ops, &args(6)).unwrap();
     let spec = saved_spec(&ops);
     assert_eq!((spec.job_id, spec.cluster_id, spec.labels.het_group), (6, 5, 1));
-    assert_eq!(spec.nodes, ["n1", "n2", "n3", "n4"], "component 0's nodes first");
+    assert_eq!(*spec.nodes, ["n1", "n2", "n3", "n4"], "component 0's nodes first");
     // n4 is the cluster's node 3, but its own component's node 1: the CPUs follow the component.
     assert_eq!((spec.index, spec.cpus), (3, 8));
     assert_eq!(spec.job_dir, PathBuf::from("/run/syndeo/6"), "the directories are the component's own");

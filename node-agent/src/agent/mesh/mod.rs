@@ -60,6 +60,15 @@ const MAX_STREAMS: u32 = 16;
 /// for SYN retries (the kernel caps it at net.core.somaxconn).
 const BACKLOG: u32 = 8192;
 
+/// How long a connection to a peer may take: its TCP connect (500 ms), the
+/// TLS handshake as long as the peer's server allows it
+/// (`admit::HANDSHAKE_TIMEOUT`), and HTTP/2's start. A head that thousands
+/// of workers join at once is busy, not gone: at 4,096 simulated nodes, a
+/// 2 s limit here made workers give up handshakes the head had begun and
+/// start them again, which loaded it more (one run took 25 s, one never
+/// finished within 120 s).
+const CONNECT_LIMIT: Duration = Duration::from_millis(500 + 5_000 + 500);
+
 /// Binds the first free port of `ports` on `ip` (never 0.0.0.0). The real
 /// agents get their socket from root instead (`root/start.rs`); simulated
 /// nodes and tests bind here.
@@ -116,7 +125,9 @@ impl Mesh {
     /// A channel to a peer's agent, over the job's mutual TLS: it is made only
     /// if the peer proves it holds the job's key. HTTP/2 keepalives make a peer
     /// that went silent (its node or link down) an error within seconds, not a
-    /// stream that waits forever.
+    /// stream that waits forever. No listener fails within the TCP connect's
+    /// 500 ms; one that accepted gets as long for the handshake as it gives
+    /// it (`CONNECT_LIMIT`).
     async fn connect(&self, addr: SocketAddr) -> Option<MeshClient<Channel>> {
         let client = self.tls.client.clone();
         let connector = tower::service_fn(move |_: Uri| {
@@ -134,7 +145,7 @@ impl Mesh {
             .http2_keep_alive_interval(Duration::from_secs(2))
             .keep_alive_timeout(Duration::from_secs(4))
             .keep_alive_while_idle(true);
-        let ch = tokio::time::timeout(Duration::from_secs(2), ep.connect_with_connector(connector)).await.ok()?.ok()?;
+        let ch = tokio::time::timeout(CONNECT_LIMIT, ep.connect_with_connector(connector)).await.ok()?.ok()?;
         Some(MeshClient::new(ch))
     }
 
@@ -311,3 +322,6 @@ pub async fn served_agent(spec: JobSpec, job_secret: &str) -> (Arc<Shared>, Arc<
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+const _: () = assert!(CONNECT_LIMIT.as_millis() >= 500 + admit::HANDSHAKE_TIMEOUT.as_millis());

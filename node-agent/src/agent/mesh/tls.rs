@@ -13,8 +13,9 @@ use std::sync::Arc;
 use hmac::{Hmac, Mac};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls13_signature, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::sign::{CertifiedKey, SigningKey, SingleCertAndKey};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, Error, ServerConfig, SignatureScheme,
 };
@@ -35,28 +36,27 @@ pub struct MeshTls {
 }
 
 impl MeshTls {
-    /// Derives the job's key and certificate from its secret.
+    /// Derives the job's key and certificate from its secret. The key is
+    /// parsed once (one Ed25519 public-key computation): that one signing
+    /// key signs the certificate and serves both ends of TLS.
     pub fn from_job_secret(job_secret: &str) -> Result<MeshTls, String> {
-        let seed = derive_seed(job_secret);
-        let pkcs8 = ed25519_pkcs8(&seed);
-        let key_pair = rcgen::KeyPair::try_from(pkcs8.as_slice()).map_err(|e| format!("the mesh key: {e}"))?;
-        let cert = certificate(&key_pair)?;
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8));
+        let pkcs8 = PrivatePkcs8KeyDer::from(ed25519_pkcs8(&derive_seed(job_secret)));
+        let key = rustls::crypto::ring::sign::any_eddsa_type(&pkcs8).map_err(|e| format!("the mesh key: {e}"))?;
+        let cert = certificate(&key)?;
+        let identity = Arc::new(SingleCertAndKey::from(CertifiedKey::new(vec![cert.clone()], key)));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let verifier = Arc::new(Pinned { cert: cert.clone(), algs: provider.signature_verification_algorithms });
         let server = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| e.to_string())?
             .with_client_cert_verifier(verifier.clone())
-            .with_single_cert(vec![cert.clone()], key.clone_key())
-            .map_err(|e| format!("the mesh's server identity: {e}"))?;
+            .with_cert_resolver(identity.clone());
         let client = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| e.to_string())?
             .dangerous()
             .with_custom_certificate_verifier(verifier)
-            .with_client_auth_cert(vec![cert.clone()], key)
-            .map_err(|e| format!("the mesh's client identity: {e}"))?;
+            .with_client_cert_resolver(identity);
         Ok(MeshTls { server: Arc::new(server), client: Arc::new(client), cert })
     }
 
@@ -82,16 +82,51 @@ fn ed25519_pkcs8(seed: &[u8; 32]) -> Vec<u8> {
     der
 }
 
-/// The job's self-signed certificate, byte for byte the same on every node.
-fn certificate(key_pair: &rcgen::KeyPair) -> Result<CertificateDer<'static>, String> {
+/// The job's self-signed certificate, byte for byte the same on every node,
+/// signed with the job's key.
+fn certificate(key: &Arc<dyn SigningKey>) -> Result<CertificateDer<'static>, String> {
     let mut params = rcgen::CertificateParams::new(vec![SERVER_NAME.to_string()]).map_err(|e| e.to_string())?;
     params.serial_number = Some(rcgen::SerialNumber::from(1u64));
     params.not_before = rcgen::date_time_ymd(2000, 1, 1);
     params.not_after = rcgen::date_time_ymd(9999, 12, 31);
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(rcgen::DnType::CommonName, "syndeo job mesh");
-    let cert = params.self_signed(key_pair).map_err(|e| format!("the mesh certificate: {e}"))?;
+    let key_pair =
+        rcgen::KeyPair::from_remote(Box::new(JobKey::new(key.clone())?)).map_err(|e| format!("the mesh key: {e}"))?;
+    let cert = params.self_signed(&key_pair).map_err(|e| format!("the mesh certificate: {e}"))?;
     Ok(cert.der().clone())
+}
+
+/// The job's key as rcgen signs with it: the key rustls parsed, so that it
+/// is not parsed (its public key computed) again.
+struct JobKey {
+    key: Arc<dyn SigningKey>,
+    /// The raw 32-byte Ed25519 public key.
+    public: Vec<u8>,
+}
+
+impl JobKey {
+    fn new(key: Arc<dyn SigningKey>) -> Result<JobKey, String> {
+        let spki = key.public_key().ok_or("the mesh key has no public key")?;
+        // An Ed25519 SubjectPublicKeyInfo ends with the 32-byte key.
+        let public = spki.as_ref().get(spki.as_ref().len().saturating_sub(32)..).unwrap_or_default().to_vec();
+        Ok(JobKey { key, public })
+    }
+}
+
+impl rcgen::RemoteKeyPair for JobKey {
+    fn public_key(&self) -> &[u8] {
+        &self.public
+    }
+
+    fn sign(&self, msg: &[u8]) -> Result<Vec<u8>, rcgen::Error> {
+        let signer = self.key.choose_scheme(&[SignatureScheme::ED25519]).ok_or(rcgen::Error::RemoteKeyError)?;
+        signer.sign(msg).map_err(|_| rcgen::Error::RemoteKeyError)
+    }
+
+    fn algorithm(&self) -> &'static rcgen::SignatureAlgorithm {
+        &rcgen::PKCS_ED25519
+    }
 }
 
 /// Accepts exactly the job's certificate, and checks the peer's handshake
@@ -195,5 +230,21 @@ mod tests {
         let b = MeshTls::from_job_secret("job-b-secret").unwrap();
         assert_eq!(a1.cert, a2.cert);
         assert_ne!(a1.cert, b.cert);
+    }
+
+    /// The certificate is the one rcgen makes from the key it parses itself
+    /// (how it was derived before): agents of either version agree.
+    #[test]
+    fn the_certificate_is_the_same_as_rcgens_own_from_the_pkcs8_key() {
+        let pkcs8 = ed25519_pkcs8(&derive_seed("job-a-secret"));
+        let own = rcgen::KeyPair::try_from(pkcs8.as_slice()).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![SERVER_NAME.to_string()]).unwrap();
+        params.serial_number = Some(rcgen::SerialNumber::from(1u64));
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(9999, 12, 31);
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(rcgen::DnType::CommonName, "syndeo job mesh");
+        let before = params.self_signed(&own).unwrap().der().clone();
+        assert_eq!(MeshTls::from_job_secret("job-a-secret").unwrap().cert, before);
     }
 }
