@@ -774,7 +774,11 @@ def mesh_scale(binary, reps):
     ready, the messages per node, the head's CPU per joining node (µs) and
     the projected seconds at 4,096 and 16,384 real nodes."""
     runs = {n: [] for n in MESH_SIZES}
-    for _ in range(reps):
+    for i in range(reps):
+        if i:
+            # The last run's connections hold its loopback addresses and mesh
+            # ports in TIME_WAIT for up to a minute: its listeners could not bind.
+            time.sleep(60)
         out = sh(["runuser", "-u", USER, "--", binary, ",".join(map(str, MESH_SIZES))],
                  check=True).stdout
         for line in out.splitlines():
