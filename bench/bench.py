@@ -1108,8 +1108,8 @@ are the result. Benchmarks never fail CI.
   it was built from, and a bare `/bin/true` the same way, taken in turn; the first two of
   each are not counted. This is the cost Apptainer adds to every container syndeo starts
   (each node's Ray, every `srun --syndeo` step).
-- **mesh scale**: the `mesh_bench` example of the agent library (node-agent/examples, built
-  with its `simulation` feature, which the packages never have) runs N agents' real lifecycle in one process, each with its own
+- **mesh scale**: the `mesh_bench` example of the mesh simulation (mesh-sim/examples, a
+  test-support crate the packages never build) runs N agents' real lifecycle in one process, each with its own
   mesh server on 127.10.x.y and its job directory on tmpfs; the launcher is a no-op that
   says "started" at once. It counts every mesh call served and every view streamed.
   Node 0's agent, which the election makes head, runs on a runtime of its own (two

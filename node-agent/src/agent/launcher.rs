@@ -1,9 +1,9 @@
 //! The seam between the agent's logic and the world: how this node's Ray
 //! comes to be. [`container::ContainerLauncher`](super::container) starts the
 //! real container with syndeo's launcher script; `NoopLauncher` stands in
-//! for it where only the mesh and the roles matter (the mesh benchmark, unit
-//! tests; built only for those, with the `simulation` feature), and answers
-//! at once.
+//! for it where only the mesh and the roles matter (unit tests, and the mesh
+//! simulation through the `simulation` feature, which exposes only such
+//! stand-ins), and answers at once.
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -83,7 +83,7 @@ pub trait Launcher: Send + Sync {
 
 /// Stands in for Ray: no process; ready at once, and `ray start` succeeds.
 /// Its node's ports are numbers, not held (`NodePorts::unheld`).
-/// For simulated nodes and unit tests only (feature `simulation`).
+/// For unit tests and simulated nodes only (feature `simulation`).
 #[cfg(any(test, feature = "simulation"))]
 pub struct NoopLauncher;
 

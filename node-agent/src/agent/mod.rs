@@ -30,9 +30,6 @@ mod part;
 pub mod ports;
 pub mod ray;
 pub mod ray_version;
-/// Simulated nodes for the mesh benchmark: not in a production build.
-#[cfg(any(test, feature = "simulation"))]
-pub mod simulate;
 mod state;
 mod view;
 mod worker;
@@ -46,9 +43,10 @@ use tracing::info;
 
 pub use cluster::NodeState;
 pub use container::{ContainerLauncher, LAUNCHER_SCRIPT};
+pub use mesh::counters::{install as install_mesh_counter, MeshCounter};
 pub use state::{Role, Shared};
 
-use crate::job::JobState;
+use crate::job::{JobSpec, JobState};
 use mesh::Mesh;
 
 /// `syndeo-agent serve`, started by the supervisor with the job's state and
@@ -81,6 +79,21 @@ pub fn serve(image: Option<PathBuf>, restart: Option<(u32, String)>) -> Result<(
     // Ray is stopped; the tasks left (the mesh and local servers) need no wait.
     rt.shutdown_background();
     Ok(())
+}
+
+/// One node's agent without its local socket or signals: its shared state,
+/// and its lifecycle (election, the mesh, its role) to run as a task. Its
+/// mesh binds the first free one of the job's ports on the node's address,
+/// not a socket from root. For agents run in a process of one's own (the
+/// mesh simulation, crate `syndeo-mesh-sim`).
+pub fn agent(
+    spec: JobSpec,
+    job_secret: &str,
+    launcher: Arc<dyn launcher::Launcher>,
+) -> Result<(Arc<Shared>, impl std::future::Future<Output = ()> + Send + 'static), crate::fault::Fault> {
+    let mesh = Arc::new(Mesh::new(&spec, job_secret, None)?);
+    let shared = Arc::new(Shared::new(spec, launcher));
+    Ok((shared.clone(), lifecycle::run(shared, mesh)))
 }
 
 /// The mesh's listening socket root bound (systemd's LISTEN_FDS

@@ -1,38 +1,36 @@
-//! The mesh-scale benchmark's message count (`agent/simulate.rs`,
-//! `examples/mesh_bench.rs`): calls this process's mesh servers answered,
-//! and cluster views they sent on Watch streams. The counters exist only
-//! with the `simulation` feature (and in unit tests); in a production
-//! build the two hooks the mesh calls are empty.
-#[cfg(any(test, feature = "simulation"))]
-use std::sync::atomic::{AtomicU64, Ordering};
+//! A hook on the mesh's traffic: calls this process's mesh servers answered,
+//! and cluster views they sent on Watch streams. None is installed in a
+//! production agent (each hook is then one empty check); the mesh
+//! simulation (crate `syndeo-mesh-sim`) installs one to count messages.
+use std::sync::OnceLock;
 
-#[cfg(any(test, feature = "simulation"))]
-static CALLS_SERVED: AtomicU64 = AtomicU64::new(0);
-#[cfg(any(test, feature = "simulation"))]
-static VIEWS_SENT: AtomicU64 = AtomicU64::new(0);
+/// Told of each mesh message this process's servers send.
+pub trait MeshCounter: Send + Sync {
+    /// A mesh call was answered (or refused).
+    fn call_served(&self);
+    /// A cluster view was sent on a Watch stream.
+    fn view_sent(&self);
+}
+
+static HOOK: OnceLock<&'static dyn MeshCounter> = OnceLock::new();
+
+/// Installs `counter` for the rest of the process; false if one was already.
+pub fn install(counter: &'static dyn MeshCounter) -> bool {
+    HOOK.set(counter).is_ok()
+}
 
 /// A mesh call was answered (or refused).
 #[inline]
 pub fn call_served() {
-    #[cfg(any(test, feature = "simulation"))]
-    CALLS_SERVED.fetch_add(1, Ordering::Relaxed);
+    if let Some(c) = HOOK.get() {
+        c.call_served();
+    }
 }
 
 /// A cluster view was sent on a Watch stream.
 #[inline]
 pub fn view_sent() {
-    #[cfg(any(test, feature = "simulation"))]
-    VIEWS_SENT.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Calls served plus views sent, since the start or the last `reset`.
-#[cfg(any(test, feature = "simulation"))]
-pub fn messages() -> u64 {
-    CALLS_SERVED.load(Ordering::Relaxed) + VIEWS_SENT.load(Ordering::Relaxed)
-}
-
-#[cfg(any(test, feature = "simulation"))]
-pub fn reset() {
-    CALLS_SERVED.store(0, Ordering::Relaxed);
-    VIEWS_SENT.store(0, Ordering::Relaxed);
+    if let Some(c) = HOOK.get() {
+        c.view_sent();
+    }
 }

@@ -4,7 +4,7 @@
 //! size, the time until every agent sees the cluster ready and the mesh
 //! messages per node.
 //!
-//!   cargo run --release -p node-agent --features simulation --example mesh_bench -- [N,N,...]
+//!   cargo run --release -p syndeo-mesh-sim --example mesh_bench -- [N,N,...]
 //!   (default 64,256,1024,4096)
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use node_agent::agent::launcher::NoopLauncher;
-use node_agent::agent::simulate::{self, Simulation};
 use node_agent::config::PortRange;
+use syndeo_mesh_sim::{messages, reset_messages, Simulation};
 
 fn main() -> Result<()> {
     let sizes: Vec<usize> = match std::env::args().nth(1) {
@@ -84,7 +84,7 @@ fn projected(head_per_node: Duration, nodes: u32) -> Duration {
 /// N agents from start to every one of them seeing the cluster ready; the
 /// seconds, the mesh messages, and the head's CPU time until then.
 async fn one(n: usize) -> Result<(f64, u64, Duration)> {
-    simulate::reset_messages();
+    reset_messages();
     let t0 = Instant::now();
     // On tmpfs, as the agents' job directories are (/run/syndeo).
     let sim = Simulation::start_head_apart(
@@ -97,5 +97,5 @@ async fn one(n: usize) -> Result<(f64, u64, Duration)> {
     let took = sim.ready(t0, Duration::from_secs(120)).await.map_err(anyhow::Error::msg)?;
     let head_cpu =
         sim.head_cpu().ok_or_else(|| anyhow::anyhow!("node 0 is not the head, or its thread's CPU time is unknown"))?;
-    Ok((took.as_secs_f64(), simulate::messages(), head_cpu))
+    Ok((took.as_secs_f64(), messages(), head_cpu))
 }
