@@ -663,19 +663,20 @@ def python_program(pid, comm):
 
 
 def cpu_of_processes(pids):
-    """{PID: (command name, CPU seconds so far: user and system, with reaped
-    children's)} of each of `pids`."""
+    """{PID: (command name, CPU seconds so far: user and system)} of each of
+    `pids`. Not its reaped children's (cutime): a child alive at one snapshot
+    and reaped before the next would count its whole life there."""
     tick = os.sysconf("SC_CLK_TCK")
     cpu = {}
     for pid in pids:
         try:
-            stat = open(f"/proc/{pid}/stat").read()
+            stat = open(f"/proc/{pid}/stat", "rb").read().decode(errors="replace")
         except OSError:
             continue
         comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
         if comm.startswith("python"):
             comm = python_program(pid, comm)
-        cpu[pid] = (comm, sum(int(x) for x in rest[11:15]) / tick)
+        cpu[pid] = (comm, sum(int(x) for x in rest[11:13]) / tick)
     return cpu
 
 
@@ -743,7 +744,9 @@ def throughput_pair(image, root, rounds):
         which = {"syndeo": lambda: job_processes(jid), "bare": lambda: processes_with_env(mark)}
         for k in range(rounds):
             for side in (("syndeo", "bare") if k % 2 == 0 else ("bare", "syndeo")):
-                before, procs_before = busy_cpu_seconds(), cpu_of_processes(which[side]())
+                # The /proc scan first: its own CPU is not the round's.
+                procs_before = cpu_of_processes(which[side]())
+                before = busy_cpu_seconds()
                 open(os.path.join(d, f"go-{side}-{k}"), "w").close()
                 done = os.path.join(d, f"done-{side}-{k}")
                 wait_file(done, 120, why_not)
@@ -769,7 +772,7 @@ MESH_SIZES = [64, 256, 1024, 4096]
 
 
 def mesh_scale(binary, reps):
-    """The mesh-scale benchmark (node-agent's examples/mesh_bench.rs), as the
+    """The mesh-scale benchmark (mesh-sim's examples/mesh_bench.rs), as the
     unprivileged user: per N, over `reps` runs, the medians of the seconds to
     ready, the messages per node, the head's CPU per joining node (µs) and
     the projected seconds at 4,096 and 16,384 real nodes."""
