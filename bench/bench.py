@@ -161,6 +161,16 @@ def write_user_file(name, content, d=None):
 
 
 @functools.lru_cache(maxsize=None)
+def node_gpus(node):
+    """The GPUs Slurm counts on `node` (its Gres, e.g. gpu:standin:2). An
+    --exclusive job gets them all, and syndeo gives them to Ray; Ray then
+    keeps CPU-only tasks off GPU nodes where it can (its scheduler's
+    avoid-GPU-nodes rule), so bare Ray is given as many."""
+    gres = mc("node-field", node, "Gres").strip()
+    m = re.search(r"gpu(?::[^:,()]+)?:(\d+)", gres)
+    return int(m.group(1)) if m else 0
+
+
 def node_cpus():
     """The CPUs Slurm counts on a node. Every side gets all of them: Slurm's
     jobs run --exclusive (with cgroups, a job of 1 CPU a node is confined to
@@ -418,7 +428,7 @@ def bare_cluster(root):
                 mark.split("=")[0]: mark.split("=")[1]}
 
     def common(node):
-        return ["--block", "--node-ip-address", IP[node], "--num-cpus", str(node_cpus()), "--num-gpus", "0",
+        return ["--block", "--node-ip-address", IP[node], "--num-cpus", str(node_cpus()), "--num-gpus", str(node_gpus(node)),
                 "--object-store-memory", str(512 << 20), "--temp-dir", f"/tmp/bench-{mark[-8:]}",
                 "--min-worker-port", "0", "--max-worker-port", "0", "--disable-usage-stats"]
 
