@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use node_agent::agent::launcher::NoopLauncher;
 use node_agent::config::PortRange;
-use syndeo_mesh_sim::{messages, reset_messages, Simulation};
+use syndeo_mesh_sim::{messages, reset_messages, HeadPlacement, Simulation};
 
 fn main() -> Result<()> {
     let sizes: Vec<usize> = match std::env::args().nth(1) {
@@ -87,12 +87,13 @@ async fn one(n: usize) -> Result<(f64, u64, Duration)> {
     reset_messages();
     let t0 = Instant::now();
     // On tmpfs, as the agents' job directories are (/run/syndeo).
-    let sim = Simulation::start_head_apart(
+    let sim = Simulation::start(
         900_000 + n as u32,
         n,
         std::path::Path::new("/dev/shm"),
         PortRange::new(46000, 46999).expect("a valid range"),
         Arc::new(NoopLauncher),
+        HeadPlacement::Apart,
     )?;
     let took = sim.ready(t0, Duration::from_secs(120)).await.map_err(anyhow::Error::msg)?;
     let head_cpu =

@@ -24,7 +24,7 @@ pub struct Simulation {
     pub agents: Vec<Arc<Shared>>,
     dir: PathBuf,
     /// Node 0's agent (the head the election makes) on a thread of its own,
-    /// if it was started so (`start_head_apart`).
+    /// if it was started so (`HeadPlacement::Apart`).
     head: Option<HeadThread>,
 }
 
@@ -33,41 +33,30 @@ pub fn node_name(i: usize) -> String {
     format!("127.10.{}.{}", i / 250, i % 250 + 1)
 }
 
+/// Where node 0's agent runs: with the others on the caller's runtime, or
+/// apart on a thread of its own (so that its CPU time can be read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadPlacement {
+    Shared,
+    Apart,
+}
+
 impl Simulation {
     /// Starts `n` agents of job `job_id` under `base` (one directory per
-    /// node), with mesh ports from `mesh_ports` and `launcher` for Ray, all
-    /// on the caller's runtime.
+    /// node), with mesh ports from `mesh_ports` and `launcher` for Ray. With
+    /// `HeadPlacement::Apart`, node 0's agent runs on a thread of its own with
+    /// its own runtime (all it spawns, its handshakes and calls served, runs
+    /// there): `head_cpu` is then the head's own CPU time; the others run on
+    /// the caller's runtime.
     pub fn start(
         job_id: u32,
         n: usize,
         base: &Path,
         mesh_ports: PortRange,
         launcher: Arc<dyn Launcher>,
+        placement: HeadPlacement,
     ) -> std::io::Result<Simulation> {
-        Simulation::start_with(job_id, n, base, mesh_ports, launcher, false)
-    }
-
-    /// As `start`, but node 0's agent runs on a thread of its own with its
-    /// own runtime (all it spawns, its handshakes and calls served, runs
-    /// there): `head_cpu` is then the head's own CPU time.
-    pub fn start_head_apart(
-        job_id: u32,
-        n: usize,
-        base: &Path,
-        mesh_ports: PortRange,
-        launcher: Arc<dyn Launcher>,
-    ) -> std::io::Result<Simulation> {
-        Simulation::start_with(job_id, n, base, mesh_ports, launcher, true)
-    }
-
-    fn start_with(
-        job_id: u32,
-        n: usize,
-        base: &Path,
-        mesh_ports: PortRange,
-        launcher: Arc<dyn Launcher>,
-        head_apart: bool,
-    ) -> std::io::Result<Simulation> {
+        let head_apart = placement == HeadPlacement::Apart;
         count::install();
         let dir = base.join(format!("syndeo-sim-{}-{job_id}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
@@ -98,7 +87,7 @@ impl Simulation {
     }
 
     /// The CPU time (user and system) of the head's thread so far; None
-    /// unless node 0 has one (`start_head_apart`) and is the head.
+    /// unless node 0 has one (`HeadPlacement::Apart`) and is the head.
     pub fn head_cpu(&self) -> Option<Duration> {
         if *self.agents[0].role.borrow() != Role::Head {
             return None;

@@ -69,7 +69,15 @@ fn ports(low: u16, high: u16) -> PortRange {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_simulated_nodes_elect_the_first_and_all_get_ready() {
-    let sim = Simulation::start(5101, 3, &std::env::temp_dir(), ports(47200, 47299), Arc::new(NoopLauncher)).unwrap();
+    let sim = Simulation::start(
+        5101,
+        3,
+        &std::env::temp_dir(),
+        ports(47200, 47299),
+        Arc::new(NoopLauncher),
+        HeadPlacement::Shared,
+    )
+    .unwrap();
     sim.ready(Instant::now(), Duration::from_secs(30)).await.unwrap();
     let roles: Vec<Role> = sim.agents.iter().map(|a| a.role.borrow().clone()).collect();
     let head = node_name(0);
@@ -83,7 +91,9 @@ async fn three_simulated_nodes_elect_the_first_and_all_get_ready() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_whose_ray_fails_before_ready_steps_down_and_the_others_elect_again() {
     let launcher = Arc::new(FirstStartFails { failing: node_name(0), launches: Mutex::default() });
-    let sim = Simulation::start(5102, 3, &std::env::temp_dir(), ports(47300, 47399), launcher.clone()).unwrap();
+    let sim =
+        Simulation::start(5102, 3, &std::env::temp_dir(), ports(47300, 47399), launcher.clone(), HeadPlacement::Shared)
+            .unwrap();
     sim.ready(Instant::now(), Duration::from_secs(30)).await.unwrap();
     let next = node_name(1);
     let roles: Vec<Role> = sim.agents.iter().map(|a| a.role.borrow().clone()).collect();
