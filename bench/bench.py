@@ -399,7 +399,8 @@ def preload_cost(root, reps):
 # ---------------------------------------------------------------- 1. ready
 
 def syndeo_ready(image):
-    """A 3-node syndeo job's seconds to ready, and each node's teardown."""
+    """A 3-node syndeo job's seconds to ready, each node's teardown, and the
+    ready time's phases (PHASE_NAMES)."""
     jid = submit(["-N3", f"--syndeo={image}"], "#!/bin/bash\necho T_SCRIPT $(date +%s.%N)\n")
     st = wait_job(jid)
     out, err = job_out(jid)
@@ -410,14 +411,65 @@ def syndeo_ready(image):
     ready = float(m.group(1)) - min(starts)
     teardown = [int(re.search(r"node clean in (\d+) ms", l).group(1)) / 1000
                 for _, l in slurmd_lines(f"syndeo: epilog for job {jid}: node clean in")]
-    return ready, teardown
+    return ready, teardown, syndeo_phases(jid, min(starts), float(m.group(1)))
+
+
+# Where each side's ready time goes, one dict per repetition: the phases of
+# PHASE_NAMES, in seconds.
+PHASES = {"syndeo": [], "bare": []}
+PHASE_NAMES = [
+    ("start", "Slurm's prolog until every node's agent runs (bare: none)"),
+    ("before", "the agent's start until the head's `ray start` begins: election, container, Ray's import "
+               "(bare: none; its `ray start` imports Ray itself)"),
+    ("head", "the head's `ray start`, until it returns"),
+    ("workers", "the workers' `ray start`, from the head's return until the last worker's"),
+    ("listed", "until Ray's status lists 3 nodes and the job is told (bare: the ready check's Python)"),
+]
+
+
+def agent_log(jid, node):
+    """(time, message) of each line of `node`'s agent.log in job `jid`'s
+    directory (the job's submission directory keeps it)."""
+    path = os.path.join(os.path.dirname(JOBS[jid]["stdout"]), f"syndeo-{jid}", node, "agent.log")
+    lines = []
+    for line in open(path, errors="replace"):
+        stamp, _, rest = line.partition(" ")
+        try:
+            lines.append((datetime.datetime.fromisoformat(stamp).timestamp(), rest))
+        except ValueError:
+            pass
+    return lines
+
+
+def syndeo_phases(jid, prolog, script):
+    """Job `jid`'s ready time split by its agents' logs (PHASE_NAMES)."""
+    def first(lines, text):
+        return next((t for t, m in lines if text in m), None)
+    logs = {n: agent_log(jid, n) for n in NODES}
+    head = next(n for n in NODES if first(logs[n], "this node is the head") is not None)
+    h = logs[head]
+    began = max(first(h, "this node is the head"), first(h, "the image's Ray loaded"))
+    started = first(h, "Ray head started in")
+    joined = max(first(logs[n], "Ray worker joined") for n in NODES if n != head)
+    return {"start": max(first(logs[n], "agent started") for n in NODES) - prolog,
+            "before": began - first(h, "agent started"), "head": started - began,
+            "workers": joined - started, "listed": script - joined}
+
+
+def phase_lines():
+    """The phases' table for BENCHMARKS.md: each side's median per phase."""
+    lines = ["| phase of the ready time (medians) | syndeo | bare `ray start` |", "|---|---|---|"]
+    for key, name in PHASE_NAMES:
+        lines.append(f"| {name} | " + " | ".join(
+            f"{median([p[key] for p in PHASES[side]]):.2f} s" for side in ("syndeo", "bare")) + " |")
+    return lines
 
 
 def bare_cluster(root):
     """Bare `ray start --block` on every node (head, then the workers in
     parallel), with the flags syndeo uses and token auth, as USER, each in
-    in_image(root). Returns (seconds to ready, the containers' processes, env
-    marker, the head's address, node1's env)."""
+    in_image(root). Returns (seconds to ready, its phases (PHASE_NAMES), the
+    containers' processes, env marker, the head's address, node1's env)."""
     mark = f"SYNDEO_BENCH_BARE={secrets.token_hex(4)}"
     token = secrets.token_hex(32)
     port = 20000 + secrets.randbelow(9000)
@@ -443,17 +495,21 @@ def bare_cluster(root):
                                  "--include-dashboard", "false", "--dashboard-port", str(port + 1), *common(NODES[0])],
                       env(NODES[0]))
     wait_started(head)
+    t_head = time.time()
     workers = [as_user_in(n, [*in_image(root), "ray", "start", "--address", f"{IP[NODES[0]]}:{port}", *common(n)],
                           env(n))
                for n in NODES[1:]]
     for w in workers:
         wait_started(w)
+    t_workers = time.time()
     check = as_user_in(NODES[0], [*in_image(root), "python3", "-c", READY_PY, f"{IP[NODES[0]]}:{port}", "3"],
                        env(NODES[0]))
     out, _ = check.communicate(timeout=120)
     if "T_READY" not in out:
         raise SystemExit(f"bare cluster never listed 3 nodes: {out}")
-    return time.time() - t0, [head, *workers], mark, f"{IP[NODES[0]]}:{port}", env(NODES[0])
+    phases = {"start": 0.0, "before": 0.0, "head": t_head - t0, "workers": t_workers - t_head,
+              "listed": time.time() - t_workers}
+    return time.time() - t0, phases, [head, *workers], mark, f"{IP[NODES[0]]}:{port}", env(NODES[0])
 
 
 def bare_stop(procs, mark):
@@ -655,8 +711,9 @@ def job_processes(jid):
     """A syndeo job's processes: those in its cgroup (with Slurm's cgroup
     plugins; the step's container, whose environment Apptainer cleans, and
     FUSE daemons among them) and those with syndeo's marker for it (the
-    agent, the container runtime, Ray)."""
-    pids = set(processes_with_env(f"SYNDEO_JOB_ID={jid}"))
+    agent, the container runtime, Ray) or Slurm's (the step's driver, when
+    no cgroup holds it)."""
+    pids = set(processes_with_env(f"SYNDEO_JOB_ID={jid}")) | set(processes_with_env(f"SLURM_JOB_ID={jid}"))
     pids.update(p for p, cg in each_process("cgroup") if f"/job_{jid}/".encode() in cg)
     return pids
 
@@ -729,7 +786,7 @@ def throughput_pair(image, root, rounds):
     # The syndeo job runs in d: its container sees its directory, not WORK.
     d = user_dir(f"tput-{secrets.token_hex(3)}")
     script = write_user_file("tput.py", TPUT_PY, d)
-    _, procs, mark, addr, env = bare_cluster(root)
+    _, _, procs, mark, addr, env = bare_cluster(root)
     jid = None
     try:
         bare = as_user_in(NODES[0], [*in_image(root), "python3", script, "bare", d, str(rounds)],
@@ -836,6 +893,9 @@ def main():
     ap.add_argument("--tput-rounds", type=int, default=12)
     ap.add_argument("--only-throughput", action="store_true",
                     help="only the throughput pairs, with where each side's CPU went; prints, writes nothing")
+    ap.add_argument("--no-mesh", action="store_true",
+                    help="leave out the mesh-scale step (it does not depend on Slurm's release or the runtime; "
+                         "BENCHMARKS.md's \"Mesh scale alone\" has it)")
     ap.add_argument("--mesh-bench", required=True, help="the mesh-scale benchmark's binary (examples/mesh_bench.rs)")
     ap.add_argument("--empty-plugin", required=True, help="bench/empty_spank.c, built")
     ap.add_argument("--mc", required=True, help="the minicluster's client, syndeo-mc (tests/src/bin/syndeo-mc.rs)")
@@ -853,12 +913,14 @@ def main():
     teardown_syndeo, teardown_bare = [], []
 
     def run_syndeo():
-        r, td = syndeo_ready(a.image)
+        r, td, phases = syndeo_ready(a.image)
         teardown_syndeo.extend(td)
+        PHASES["syndeo"].append(phases)
         return r
 
     def run_bare():
-        r, procs, mark, _, _ = bare_cluster(root)
+        r, phases, procs, mark, _, _ = bare_cluster(root)
+        PHASES["bare"].append(phases)
         teardown_bare.append(bare_stop(procs, mark))
         return r
 
@@ -903,8 +965,10 @@ def main():
               f"syndeo/bare {cpu_syndeo / cpu_bare:.3f}")
         print("\n".join(where))
         return
-    log("bench: mesh scale (simulated agents on loopback)")
-    mesh = mesh_scale(a.mesh_bench, a.reps)
+    mesh = None
+    if not a.no_mesh:
+        log("bench: mesh scale (simulated agents on loopback)")
+        mesh = mesh_scale(a.mesh_bench, a.reps)
     cfg = cluster_config()
     start = None
     if cfg["runtime"] == "apptainer" and a.image.endswith(".sif"):
@@ -960,6 +1024,11 @@ def main():
         "Ready ratios are the median of each repetition's own ratio; the sides ran in alternating order.",
         f"Every peer ran the image's {peers}, from its root filesystem with bubblewrap, without syndeo.",
         "Every repetition (seconds): " + "; ".join(f"{k}: {', '.join(f'{x:.2f}' for x in v)}" for k, v in ready.items()),
+        "",
+        "Where each side's ready time goes, from syndeo's agent logs and the bare side's own clock:",
+        "",
+        *phase_lines(),
+        "",
         f"Throughput, syndeo/bare per pair of clusters ({a.tput_reps} pairs of {a.tput_rounds} rounds a side; "
         "each the ratio of the two sides' median rounds): " + ", ".join(f"{x:.2f}" for x in pair_ratios),
         "",
@@ -967,6 +1036,27 @@ def main():
         "(syndeo's: the job's cgroup and syndeo's marker; bare's: its marker), the rest of the machine apart.",
         "",
         *where,
+    ] + (mesh_lines(mesh) if mesh else [
+        "",
+        "Mesh scale: not in this run (`--no-mesh`); it does not depend on Slurm's release or the runtime: see",
+        "\"Mesh scale alone\" above.",
+    ])
+    print("\n".join(lines))
+    print(f"ready ratio syndeo/bare: {ratio['syndeo/bare']:.2f}")
+    print(f"ready ratio symmetric-run/syndeo: {ratio['symmetric-run/syndeo']:.2f}")
+    print(f"throughput ratio syndeo/bare: {tput_syndeo / tput_bare:.2f}")
+    if mesh:
+        print(f"mesh scale 4096 nodes: {mesh[4096][0]:.2f} s, {mesh[4096][1]:.2f} messages per node, "
+              f"head {mesh[4096][2]:.0f} µs per joining node (1024 nodes: {mesh[1024][0]:.2f} s, {mesh[1024][1]:.2f})")
+    png = os.path.join(OUT, f"ready-{config_key(cfg)}.png")
+    plot(list(ready.items()), png)
+    write_benchmarks_md(lines, a, cfg, time.time() - started)
+    log(f"bench: plot {png}; BENCHMARKS.md updated; took {time.time() - started:.0f} s")
+
+
+def mesh_lines(mesh):
+    """The mesh-scale table and its ratios, for BENCHMARKS.md."""
+    return [
         "",
         "Mesh scale: N simulated nodes' agents in one process, each on its own loopback address, electing",
         "a head and wiring up (Join, Watch, Report) for real; **Ray's launch is replaced by a no-op** here.",
@@ -984,16 +1074,6 @@ def main():
         f"× N + 5 ms, the head's mesh work on one core): {mesh[4096][3]:.2f} s at 4,096 real nodes, "
         f"{mesh[4096][4]:.2f} s at 16,384.",
     ]
-    print("\n".join(lines))
-    print(f"ready ratio syndeo/bare: {ratio['syndeo/bare']:.2f}")
-    print(f"ready ratio symmetric-run/syndeo: {ratio['symmetric-run/syndeo']:.2f}")
-    print(f"throughput ratio syndeo/bare: {tput_syndeo / tput_bare:.2f}")
-    print(f"mesh scale 4096 nodes: {mesh[4096][0]:.2f} s, {mesh[4096][1]:.2f} messages per node, "
-          f"head {mesh[4096][2]:.0f} µs per joining node (1024 nodes: {mesh[1024][0]:.2f} s, {mesh[1024][1]:.2f})")
-    png = os.path.join(OUT, f"ready-{config_key(cfg)}.png")
-    plot(list(ready.items()), png)
-    write_benchmarks_md(lines, a, cfg, time.time() - started)
-    log(f"bench: plot {png}; BENCHMARKS.md updated; took {time.time() - started:.0f} s")
 
 
 def config_key(cfg):
@@ -1012,7 +1092,7 @@ def write_benchmarks_md(lines, a, cfg, took):
     key = config_key(cfg)
     sections[key] = (
         f"## Slurm {cfg['release']}, {cfg['runtime']}, {cfg['cgroups']}\n\n"
-        f"Made by `bench/run --reps {a.reps} --srun-reps {a.srun_reps}` ({a.tput_reps} pairs of clusters for "
+        f"Made by `bench/run --reps {a.reps} --srun-reps {a.srun_reps}{' --no-mesh' if a.no_mesh else ''}` ({a.tput_reps} pairs of clusters for "
         f"throughput; took {took:.0f} s) on {time.strftime('%Y-%m-%d')}.\n\n"
         + "\n".join(lines) + f"\n\n![ready time](bench/out/ready-{key}.png)\n\n"
     )
