@@ -5,15 +5,15 @@
 //! evicts the oldest pending one, so a flood of slow or silent peers cannot
 //! starve the job's own agents, whose handshakes take a millisecond.
 //!
-//! The handshake's costly part (the key exchange and the signatures, after
-//! the ClientHello) runs for at most `max_handshakes` connections at once;
-//! the others wait their turn in order. When thousands of agents join at a
-//! large job's start, the head then finishes handshakes one batch after
-//! another, and serves the calls of those already in, instead of starting
-//! them all and finishing none in time. A peer that left while it waited
-//! costs no handshake. Authenticated connections are bounded too. The
-//! refusals are counted and logged sparingly (the log lives on a size-capped
-//! tmpfs).
+//! The head's costly step of a handshake (its answer to the ClientHello: the
+//! key exchange and its signature) is taken by at most `max_handshakes`
+//! connections at once; the others wait their turn in order, without
+//! running. When thousands of agents join at a large job's start, the head
+//! then answers them one batch after another and still serves the calls of
+//! those already in, instead of having thousands of handshakes to run at
+//! once, each later than the last. A peer that left while it waited costs
+//! no handshake. Authenticated connections are bounded too. The refusals
+//! are counted and logged sparingly (the log lives on a size-capped tmpfs).
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
@@ -50,8 +50,8 @@ pub struct Limits {
     /// Connections not yet authenticated at once (reading their ClientHello,
     /// waiting their turn, or in their handshake).
     pub max_pending: usize,
-    /// Handshakes past their ClientHello at once: the ones the head spends
-    /// CPU on.
+    /// Connections whose ClientHello the head answers at once (its costly
+    /// step of the handshake).
     pub max_handshakes: usize,
     /// Authenticated connections at once.
     pub max_connections: usize,
@@ -68,17 +68,13 @@ impl Limits {
     }
 }
 
-/// Handshakes past their ClientHello at once, whatever the job's size. Each
-/// costs the head a fraction of a millisecond of CPU and the peer a round
-/// trip, so a few dozen keep the head's cores busy; at 4,096 simulated
-/// nodes, all of them at once left the head's calls on authenticated
-/// connections queued behind thousands of handshakes, past the workers'
-/// limits (they gave up and joined again).
+/// Answers to ClientHellos at once, whatever the job's size: each is a
+/// fraction of a millisecond of the head's CPU and waits for nothing, so
+/// this only needs to keep the head's cores busy. At 4,096 simulated nodes,
+/// all of them at once left the head's calls on authenticated connections
+/// queued behind thousands of handshakes, past the workers' limits (they
+/// gave up and joined again).
 pub const MAX_HANDSHAKES: usize = 64;
-
-/// How long a handshake keeps its turn: the head's side of it and the
-/// peer's answer take milliseconds (a round trip and a signature).
-pub const TURN_HOLD: Duration = Duration::from_millis(500);
 
 /// An authenticated connection, for tonic.
 pub struct MeshConn {
@@ -252,12 +248,12 @@ pub async fn accept_loop(
     }
 }
 
-/// One connection's handshake: its ClientHello (read without any crypto),
-/// then its turn (one of `turns`, in order of arrival), then the rest, each
-/// within `HANDSHAKE_TIMEOUT`. The turn is held while the head computes its
-/// side and for the peer's answer, at most `TURN_HOLD`: a peer slower than
-/// that finishes without it, so stalled peers cannot keep the turns from
-/// the job's agents. Err: why it did not authenticate.
+/// One connection's handshake: its ClientHello (read without any crypto,
+/// within `HANDSHAKE_TIMEOUT`), then its turn (one of `turns`, in order of
+/// arrival) for the head's answer, then the rest (the peer's proof, checked
+/// as it comes) within `HANDSHAKE_TIMEOUT` of the turn. The turn is held
+/// only while the head computes its answer, never while it waits for the
+/// peer: a peer that stalls cannot keep it. Err: why it did not authenticate.
 async fn handshake(
     tcp: TcpStream,
     config: Arc<ServerConfig>,
@@ -273,18 +269,13 @@ async fn handshake(
     if start.io.peer_gone() {
         return Err("it left while its handshake waited for its turn".to_string());
     }
-    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
-    let mut rest = start.into_stream(config);
-    let done = match tokio::time::timeout(TURN_HOLD, &mut rest).await {
-        Ok(done) => done,
-        Err(_) => {
-            drop(turn);
-            tokio::time::timeout_at(deadline, rest)
-                .await
-                .map_err(|_| format!("no handshake within {secs} s of its turn"))?
-        }
-    };
-    done.map_err(|e| e.to_string())
+    // rustls answers the ClientHello (key exchange, signature) here, at once.
+    let rest = start.into_stream(config);
+    drop(turn);
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, rest)
+        .await
+        .map_err(|_| format!("no handshake within {secs} s of its turn"))?
+        .map_err(|e| e.to_string())
 }
 
 /// Logs the first refusals, then one in a thousand.
@@ -363,11 +354,10 @@ mod tests {
     }
 
     /// A peer sends a valid ClientHello and then nothing (it never proves it
-    /// holds the key): it has the only turn, but loses it after `TURN_HOLD`,
-    /// and the job's agent behind it gets in long before the handshake
-    /// timeout would have freed the turn.
+    /// holds the key), with the only turn there is: the turn was its for the
+    /// head's answer only, and the job's agent behind it gets in at once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_peer_that_stalls_after_its_client_hello_keeps_its_turn_only_briefly() {
+    async fn a_peer_that_stalls_after_its_client_hello_does_not_keep_the_turn() {
         let tls = MeshTls::from_job_secret("job-secret").unwrap();
         let (addr, mut authenticated) =
             head(&tls, Limits { max_pending: 256, max_handshakes: 1, max_connections: 64 }).await;
@@ -383,8 +373,7 @@ mod tests {
         member(&tls, addr).await.expect("the agent's handshake");
         let conn = tokio::time::timeout(Duration::from_secs(4), authenticated.recv()).await;
         assert!(matches!(conn, Ok(Some(Ok(_)))), "the agent was not authenticated");
-        assert!(t.elapsed() < HANDSHAKE_TIMEOUT / 2, "waited {:?} behind the stalled peer", t.elapsed());
-        assert!(t.elapsed() >= TURN_HOLD / 2, "the stalled peer had no turn: {:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_millis(500), "waited {:?} behind the stalled peer", t.elapsed());
         drop(stalled);
     }
 }

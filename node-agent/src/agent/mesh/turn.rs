@@ -1,9 +1,10 @@
 //! How long an agent waits for a peer's side of the TLS handshake. A head
-//! that thousands of agents join at once runs a few dozen handshakes at a
-//! time and keeps the others waiting their turn (`admit.rs`): waiting is not
-//! failing, so the wait for the head's first answer (its ServerHello, sent
-//! when the turn came) has a limit of its own, [`TURN_LIMIT`], and the rest
-//! of the handshake gets what the head allows it ([`HANDSHAKE_TIMEOUT`]).
+//! that thousands of agents join at once answers their ClientHellos a few
+//! dozen at a time and keeps the others waiting their turn (`admit.rs`):
+//! waiting is not failing, so the wait for the head's first answer (its
+//! ServerHello, sent when the turn came) has a limit of its own,
+//! [`TURN_LIMIT`], and the rest of the handshake gets what the head allows
+//! it ([`HANDSHAKE_TIMEOUT`]).
 //! [`Answered`] wraps the connection to tell when the first bytes came.
 use std::io;
 use std::pin::Pin;
