@@ -5,6 +5,9 @@
 //! lower-ranked node is the head. Every agent applies the same rule, and a
 //! follower points askers to its head, so all agree. A head that drops out
 //! before the cluster is ready is passed over when the others elect again.
+//! A node that gives no answer is asked again after a wait that grows, drawn
+//! at random (`backoff.rs`): a head busy with thousands of agents' joins is
+//! not asked by all of them again at once.
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use tracing::info;
 
+use super::backoff;
 use super::cluster::{JoinAnswer, PeerRole};
 use super::mesh::{Mesh, Peer};
 use super::state::{Role, Shared};
@@ -58,6 +62,8 @@ pub async fn elect(
     let ranks = if out { 0..spec.nodes.len() } else { 0..spec.index };
     let candidates: Vec<usize> = ranks.filter(|&i| i != spec.index && !passed.contains(&spec.nodes[i])).collect();
     let mut k = 0usize;
+    // Attempts in a row that got no answer from candidate k.
+    let mut unanswered = 0u32;
     loop {
         if Instant::now() > give_up {
             let timeout = spec.config.startup_timeout;
@@ -75,6 +81,7 @@ pub async fn elect(
         let node = &spec.nodes[candidates[k]];
         if passed.contains(node) {
             k += 1;
+            unanswered = 0;
             continue;
         }
         let window_end = round + head_timeout * (k as u32 + 1);
@@ -92,7 +99,7 @@ pub async fn elect(
                     return Ok((Role::Follower(node.clone()), Some(peer)));
                 }
                 PeerRole::Follower(head) => match candidates.iter().position(|&c| spec.nodes[c] == head) {
-                    Some(h) if !passed.contains(&head) => k = h,
+                    Some(h) if !passed.contains(&head) => (k, unanswered) = (h, 0),
                     // It follows a head that dropped out (and will elect
                     // again), or a higher-ranked node: ask again shortly.
                     _ => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -101,14 +108,20 @@ pub async fn elect(
                     info!(node = %node, "its Ray failed as head; passing over it");
                     passed.insert(node.clone());
                     k += 1;
+                    unanswered = 0;
                 }
                 PeerRole::Undecided => tokio::time::sleep(Duration::from_millis(50)).await,
             },
             None if Instant::now() >= window_end => {
                 info!(node = %node, "no answer within its window; passing over it");
                 k += 1;
+                unanswered = 0;
             }
-            None => tokio::time::sleep(Duration::from_millis(100)).await,
+            None => {
+                let wait = backoff::delay(unanswered, &mut rand::thread_rng());
+                unanswered = unanswered.saturating_add(1);
+                tokio::time::sleep(wait).await;
+            }
         }
     }
     info!("this node is the head");

@@ -15,6 +15,7 @@
 //! derive, count) <- `mesh` (the only user of the generated protobuf types,
 //! converted in `mesh/wire.rs`) <- the roles. The roles call peers through
 //! `mesh::Mesh` (the job's key, the socket), made beside `Shared`.
+mod backoff;
 mod cluster;
 mod container;
 mod driver_hook;

@@ -14,6 +14,7 @@
 pub mod admit;
 pub mod counters;
 pub mod tls;
+mod turn;
 mod wire;
 
 use std::io;
@@ -31,7 +32,7 @@ use tokio_stream::wrappers::{ReceiverStream, WatchStream};
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::cluster::{ClusterView, JoinAnswer, NodeState, PeerRole};
 use super::state::{Role, Shared};
@@ -61,13 +62,18 @@ const MAX_STREAMS: u32 = 16;
 const BACKLOG: u32 = 8192;
 
 /// How long a connection to a peer may take: its TCP connect (500 ms), the
-/// TLS handshake as long as the peer's server allows it
+/// wait for its turn at the peer (`turn::TURN_LIMIT`), the rest of the TLS
+/// handshake as long as the peer's server allows it
 /// (`admit::HANDSHAKE_TIMEOUT`), and HTTP/2's start. A head that thousands
 /// of workers join at once is busy, not gone: at 4,096 simulated nodes, a
 /// 2 s limit here made workers give up handshakes the head had begun and
 /// start them again, which loaded it more (one run took 25 s, one never
 /// finished within 120 s).
-const CONNECT_LIMIT: Duration = Duration::from_millis(500 + 5_000 + 500);
+const CONNECT_LIMIT: Duration = Duration::from_millis(
+    500 + turn::TURN_LIMIT.as_millis() as u64 + admit::HANDSHAKE_TIMEOUT.as_millis() as u64 + 500,
+);
+/// How long the Join call may take once the channel is up.
+const JOIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// Binds the first free port of `ports` on `ip` (never 0.0.0.0). The real
 /// agents get their socket from root instead (`root/start.rs`); simulated
@@ -126,39 +132,60 @@ impl Mesh {
     /// if the peer proves it holds the job's key. HTTP/2 keepalives make a peer
     /// that went silent (its node or link down) an error within seconds, not a
     /// stream that waits forever. No listener fails within the TCP connect's
-    /// 500 ms; one that accepted gets as long for the handshake as it gives
-    /// it (`CONNECT_LIMIT`).
-    async fn connect(&self, addr: SocketAddr) -> Option<MeshClient<Channel>> {
+    /// 500 ms; one that accepted gets `turn::TURN_LIMIT` to start its side of
+    /// the handshake (a busy head answers in turn) and then as long as it
+    /// gives the rest (`CONNECT_LIMIT`). Err: which step failed, and why.
+    async fn connect(&self, addr: SocketAddr) -> Result<MeshClient<Channel>, String> {
         let client = self.tls.client.clone();
         let connector = tower::service_fn(move |_: Uri| {
             let client = client.clone();
             async move {
-                let tcp = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await??;
+                let tcp = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr))
+                    .await
+                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TCP connect: no answer within 500 ms"))?
+                    .map_err(|e| io::Error::new(e.kind(), format!("TCP connect: {e}")))?;
                 tcp.set_nodelay(true)?;
+                let (tcp, first) = turn::Answered::new(tcp);
                 let handshake = TlsConnector::from(client).connect(MeshTls::server_name(), tcp);
-                let stream = tokio::time::timeout(admit::HANDSHAKE_TIMEOUT, handshake).await??;
+                let stream = tokio::select! {
+                    r = handshake => r,
+                    e = turn::expired(first) => Err(e),
+                }
+                .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake: {e}")))?;
                 Ok::<_, io::Error>(TokioIo::new(stream))
             }
         });
         let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .ok()?
+            .map_err(|e| format!("{addr}: {e}"))?
             .http2_keep_alive_interval(Duration::from_secs(2))
             .keep_alive_timeout(Duration::from_secs(4))
             .keep_alive_while_idle(true);
-        let ch = tokio::time::timeout(CONNECT_LIMIT, ep.connect_with_connector(connector)).await.ok()?.ok()?;
-        Some(MeshClient::new(ch))
+        let ch = tokio::time::timeout(CONNECT_LIMIT, ep.connect_with_connector(connector))
+            .await
+            .map_err(|_| format!("{addr}: no channel within {} s", CONNECT_LIMIT.as_secs()))?
+            .map_err(|e| format!("{addr}: {}", error_chain(&e)))?;
+        Ok(MeshClient::new(ch))
     }
 
     /// Asks the job's agent on `ip` who the head is, trying the job's ports in
     /// order. None: no agent of this job answers there (yet); a port held by
     /// anything else (another job's agent, another service) fails the handshake.
+    /// Each port's failure is logged at debug level.
     pub async fn join(&self, ip: IpAddr) -> Option<(Peer, JoinAnswer)> {
         let (job_id, node) = (self.job_id, self.node.clone());
         for &port in &self.ports {
-            let Some(mut client) = self.connect(SocketAddr::new(ip, port)).await else { continue };
+            let mut client = match self.connect(SocketAddr::new(ip, port)).await {
+                Ok(c) => c,
+                Err(e) => {
+                    debug!("mesh: join: {e}");
+                    continue;
+                }
+            };
             let req = pb::JoinRequest { job_id, node: node.clone() };
-            if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(2), client.join(req)).await {
-                return Some((Peer { client, job_id, node }, wire::decode_join(reply.into_inner())));
+            match tokio::time::timeout(JOIN_LIMIT, client.join(req)).await {
+                Ok(Ok(reply)) => return Some((Peer { client, job_id, node }, wire::decode_join(reply.into_inner()))),
+                Ok(Err(e)) => debug!(%ip, port, "mesh: join: the call failed: {}", e.message()),
+                Err(_) => debug!(%ip, port, "mesh: join: no answer within {} s", JOIN_LIMIT.as_secs()),
             }
         }
         None
@@ -308,6 +335,23 @@ impl Views {
     }
 }
 
+/// An error and its sources, "outer: inner: ...", as tonic's transport
+/// errors say only "transport error" themselves; a source that says what
+/// the text already ends with is not said again.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let said = s.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = s.source();
+    }
+    text
+}
+
 /// Tests: an agent of `spec`'s node with the no-op launcher, its mesh
 /// served on the node's (loopback) address.
 #[cfg(test)]
@@ -324,4 +368,5 @@ pub async fn served_agent(spec: JobSpec, job_secret: &str) -> (Arc<Shared>, Arc<
 mod tests;
 
 #[cfg(test)]
-const _: () = assert!(CONNECT_LIMIT.as_millis() >= 500 + admit::HANDSHAKE_TIMEOUT.as_millis());
+const _: () =
+    assert!(CONNECT_LIMIT.as_millis() >= 500 + turn::TURN_LIMIT.as_millis() + admit::HANDSHAKE_TIMEOUT.as_millis());

@@ -39,7 +39,7 @@ fn report(ok: bool) -> pb::NodeReport {
 async fn the_jobs_own_agents_talk_and_an_agent_with_another_jobs_key_gets_nothing() {
     let (head, addr) = head("job-7-secret").await;
     let stranger = agent(7, 1, "another-jobs-secret");
-    assert!(stranger.connect(addr).await.is_none(), "a peer without the job's key got a channel");
+    assert!(stranger.connect(addr).await.is_err(), "a peer without the job's key got a channel");
     assert!(reports(&head).lock().await.is_empty());
 
     let member = agent(7, 1, "job-7-secret");
@@ -55,7 +55,7 @@ async fn an_agent_never_follows_a_head_that_cannot_prove_it_holds_the_jobs_key()
     // A "head" with its own key, where the job's agent looks for its head.
     let (_fake, addr) = head("an-impostors-secret").await;
     let member = agent(7, 1, "job-7-secret");
-    assert!(member.connect(addr).await.is_none(), "the agent connected to an impostor");
+    assert!(member.connect(addr).await.is_err(), "the agent connected to an impostor");
 }
 
 /// Records what a real client sends through a relay, then replays those
