@@ -713,7 +713,8 @@ def job_processes(jid):
     FUSE daemons among them) and those with syndeo's marker for it (the
     agent, the container runtime, Ray) or Slurm's (the step's driver, when
     no cgroup holds it)."""
-    pids = set(processes_with_env(f"SYNDEO_JOB_ID={jid}")) | set(processes_with_env(f"SLURM_JOB_ID={jid}"))
+    marks = {f"SYNDEO_JOB_ID={jid}".encode(), f"SLURM_JOB_ID={jid}".encode()}
+    pids = {p for p, env in each_process("environ") if marks & set(env.split(b"\0"))}
     pids.update(p for p, cg in each_process("cgroup") if f"/job_{jid}/".encode() in cg)
     return pids
 
