@@ -219,13 +219,23 @@ fn at_job_end_slurm_reaps_every_syndeo_process_and_the_jobs_cgroups_are_gone() {
     assert!(marked_processes(job.id).is_empty(), "{:?}", marked_processes(job.id));
     let left = leftovers(job.id, user_a());
     assert!(left.is_empty(), "job {} left: {left:#?}", job.id);
+    // The job's end is recorded before slurmd's stepds have removed its
+    // cgroups: each is given CGROUP_REMOVAL to go.
     for node in nodes() {
         for ctl in ["memory", "freezer", "cpuset", "devices"] {
             let path = job_cgroup(ctl, &node, uid, job.id);
-            assert!(!std::path::Path::new(&path).exists(), "{path} is left");
+            let deadline = std::time::Instant::now() + CGROUP_REMOVAL;
+            while std::path::Path::new(&path).exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            assert!(!std::path::Path::new(&path).exists(), "{path} is left {CGROUP_REMOVAL:?} after the job ended");
         }
     }
 }
+
+/// How long Slurm may take, after a job's end is recorded, to remove its
+/// cgroups (a stepd removes them as it exits, on a loaded machine seconds later).
+const CGROUP_REMOVAL: Duration = Duration::from_secs(30);
 
 /// Submitted with its own limits and umask, the job's syndeo processes
 /// (agent, Ray) get the same as its batch script, not slurmd's; and Slurm's
