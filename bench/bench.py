@@ -232,6 +232,30 @@ def image_root(image):
     return root
 
 
+SIF_PEERS = "/tmp/sif-peers"  # on each node, in its own /tmp (--peers-from-sif)
+
+
+def peers_sif_root(sif):
+    """By hand (--peers-from-sif): the SIF's squashfs mounted read-only on
+    every node, each node its own squashfuse_ll (the node root's, the one
+    Apptainer runs) at SIF_PEERS, as Apptainer mounts it for syndeo's
+    containers: the peers then read the image through FUSE too. The
+    squashfs starts at its magic, the first `hsqs` in the SIF."""
+    with open(sif, "rb") as f:
+        offset = f.read(64 << 20).find(b"hsqs")
+    if offset < 0:
+        raise SystemExit(f"bench: no squashfs in {sif}")
+    for n in NODES:
+        mc("in-node", n, "--", "mkdir", "-p", SIF_PEERS)
+        mc("in-node", n, "--", "squashfuse_ll", "-o", f"ro,allow_other,offset={offset}", sif, SIF_PEERS)
+    return SIF_PEERS
+
+
+def peers_sif_unmount():
+    for n in NODES:
+        mc("in-node", n, "--", "umount", SIF_PEERS, check=False)
+
+
 def in_image(root):
     """The peers' container: the argv prefix that runs a command with the
     image's Python and Ray, as the calling user, without syndeo. Bubblewrap
@@ -465,11 +489,29 @@ def phase_lines():
     return lines
 
 
-def bare_cluster(root):
+def as_step(jid, node, argv, env):
+    """ARGV as a step of job `jid` on `node`, as USER, with only `env`:
+    `srun --jobid --overlap` (the job's steps share its CPUs and memory),
+    started through syndeo-mc slurm-argv, the step's task `env -i` so that
+    the command gets no SLURM_* variable (nor syndeo's, nor the bench's).
+    The step has every CPU of the node: a step of one task is otherwise
+    pinned to one CPU. The returned process is srun; the task runs under the
+    node's slurmstepd, in the step's cgroup, where syndeo's own processes of
+    the job are too."""
+    envv = [f"{k}={v}" for k, v in env.items()]
+    cmd = [*json.loads(mc("slurm-argv", USER, WORK)), "srun", f"--jobid={jid}", "--overlap", "-N1", "-n1",
+           "-w", node, f"-c{node_cpus()}", "--quiet", "/usr/bin/env", "-i", *envv, *argv]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/",
+                            env={"PATH": "/usr/bin:/bin"})
+
+
+def bare_cluster(root, jid=None):
     """Bare `ray start --block` on every node (head, then the workers in
     parallel), with the flags syndeo uses and token auth, as USER, each in
-    in_image(root). Returns (seconds to ready, its phases (PHASE_NAMES), the
-    containers' processes, env marker, the head's address, node1's env)."""
+    in_image(root): each a process of the bench's (as_user_in), or with
+    `jid` a step of that job (as_step). Returns (seconds to ready, its
+    phases (PHASE_NAMES), the processes started (bwrap, or srun), env
+    marker, the head's address, node1's env)."""
     mark = f"SYNDEO_BENCH_BARE={secrets.token_hex(4)}"
     token = secrets.token_hex(32)
     port = 20000 + secrets.randbelow(9000)
@@ -490,14 +532,15 @@ def bare_cluster(root):
                 return
         raise SystemExit("bare ray start failed")
 
+    def start(node, argv):
+        return as_user_in(node, argv, env(node)) if jid is None else as_step(jid, node, argv, env(node))
+
     t0 = time.time()
-    head = as_user_in(NODES[0], [*in_image(root), "ray", "start", "--head", "--port", str(port),
-                                 "--include-dashboard", "false", "--dashboard-port", str(port + 1), *common(NODES[0])],
-                      env(NODES[0]))
+    head = start(NODES[0], [*in_image(root), "ray", "start", "--head", "--port", str(port),
+                            "--include-dashboard", "false", "--dashboard-port", str(port + 1), *common(NODES[0])])
     wait_started(head)
     t_head = time.time()
-    workers = [as_user_in(n, [*in_image(root), "ray", "start", "--address", f"{IP[NODES[0]]}:{port}", *common(n)],
-                          env(n))
+    workers = [start(n, [*in_image(root), "ray", "start", "--address", f"{IP[NODES[0]]}:{port}", *common(n)])
                for n in NODES[1:]]
     for w in workers:
         wait_started(w)
@@ -512,22 +555,33 @@ def bare_cluster(root):
     return time.time() - t0, phases, [head, *workers], mark, f"{IP[NODES[0]]}:{port}", env(NODES[0])
 
 
-def bare_stop(procs, mark):
+def bare_stop(procs, mark, steps=False):
     """SIGTERM to each `ray start --block` inside its container, as to Ray run
     on the node itself (bwrap, its parent, would die of it and take it along
     by SIGKILL: --die-with-parent); the seconds until no process of the
-    cluster is left. bwrap ends when its command does."""
+    cluster is left. bwrap ends when its command does, and with it a step's
+    task and srun. As steps (bare_cluster's jid), `procs` are sruns: the
+    containers are the marked bwraps found in /proc."""
     t0 = time.time()
-    for p in procs:
+    if steps:
+        bwraps = [p for p, comm in each_process("comm") if comm.strip() == b"bwrap"]
+        marked = set(processes_with_env(mark))
+        commands = [c for b in bwraps if b in marked for c in children(b)]
+    else:
+        commands = [contained_command(p) for p in procs]
+    for pid in commands:
         try:
-            os.kill(contained_command(p), signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     while processes_with_env(mark) and time.time() - t0 < 30:
         time.sleep(0.05)
     took = time.time() - t0
     for pid in processes_with_env(mark):  # what SIGTERM left: ours, by PID
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     for p in procs:
         p.wait()
     clean_bench_dirs()
@@ -707,16 +761,32 @@ def busy_cpu_seconds():
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
-def job_processes(jid):
+def job_processes(jid, other=None):
     """A syndeo job's processes: those in its cgroup (with Slurm's cgroup
     plugins; the step's container, whose environment Apptainer cleans, and
     FUSE daemons among them) and those with syndeo's marker for it (the
     agent, the container runtime, Ray) or Slurm's (the step's driver, when
-    no cgroup holds it)."""
+    no cgroup holds it). Not the steps of the job that hold a process with
+    the `other` marker (the bare cluster's, as_step), nor any process with
+    that marker, nor any slurmstepd (is_stepd)."""
     marks = {f"SYNDEO_JOB_ID={jid}".encode(), f"SLURM_JOB_ID={jid}".encode()}
+    theirs = set(processes_with_env(other)) if other else set()
+    step = re.compile(rf"/job_{jid}/(step_[^/\n]+)/".encode())
+    cgroups = dict(each_process("cgroup"))
+    their_steps = {m.group(1) for p in theirs for m in [step.search(cgroups.get(p, b""))] if m}
     pids = {p for p, env in each_process("environ") if marks & set(env.split(b"\0"))}
-    pids.update(p for p, cg in each_process("cgroup") if f"/job_{jid}/".encode() in cg)
-    return pids
+    pids.update(p for p, cg in cgroups.items() if f"/job_{jid}/".encode() in cg)
+    return {p for p in pids - theirs
+            if not ((m := step.search(cgroups.get(p, b""))) and m.group(1) in their_steps) and not is_stepd(p)}
+
+
+def is_stepd(pid):
+    """Whether `pid` is a slurmstepd: each side's steps have theirs (the bare
+    side's are in neither side's processes), so neither side counts them."""
+    try:
+        return open(f"/proc/{pid}/comm", "rb").read().strip() == b"slurmstepd"
+    except OSError:
+        return False
 
 
 def python_program(pid, comm):
@@ -776,52 +846,67 @@ def cpu_table(by_cmd, cpu, tasks):
 
 
 def throughput_pair(image, root, rounds):
-    """A syndeo cluster and a bare one, up at once on the same nodes. Their
-    drivers take turns, one round of 2,000 tasks at a time, and which side
-    goes first alternates: a drift of the machine's speed falls on both
-    alike. The bare side's cluster and driver run in in_image(root). Returns,
-    per side, the rates (tasks/s, one per round), the machine's busy CPU
-    seconds during that side's rounds and, of those, each of its processes'
-    by command name (cpu_by_command: a process that ends within a round
-    and is not reaped by one of its side counts in neither)."""
+    """A syndeo cluster and a bare one, up at once on the same nodes, in the
+    same Slurm job: the bare cluster's `ray start`s and its driver are plain
+    steps of the syndeo job (as_step), so both sides' processes live in the
+    job's cgroups, under its limits and accounting, as a user would run Ray
+    by hand in their allocation. Their drivers take turns, one round of
+    2,000 tasks at a time, and which side goes first alternates: a drift of
+    the machine's speed falls on both alike. The bare side's cluster and
+    driver run in in_image(root). Returns, per side, the rates (tasks/s, one
+    per round), the machine's busy CPU seconds during that side's rounds
+    and, of those, each of its processes' by command name (cpu_by_command: a
+    process that ends within a round and is not reaped by one of its side
+    counts in neither)."""
     # The syndeo job runs in d: its container sees its directory, not WORK.
     d = user_dir(f"tput-{secrets.token_hex(3)}")
     script = write_user_file("tput.py", TPUT_PY, d)
-    _, _, procs, mark, addr, env = bare_cluster(root)
-    jid = None
+    finish = os.path.join(d, "finish")
+    # The driver's step gets every CPU of node1, as the bare driver may use
+    # every core: a step of one task is otherwise pinned to one CPU. --mem=0:
+    # the job has the nodes' whole memory, which its overlapping steps share.
+    # The job stays until the bench has stopped the bare cluster's steps.
+    jid = submit(["-N3", "--mem=0", f"--syndeo={image}"],
+                 f"#!/bin/bash\nsrun --syndeo -N1 -n1 -c{node_cpus()} python3 tput.py syndeo {d} {rounds}\n"
+                 f"while [ ! -e {shlex.quote(finish)} ]; do sleep 0.2; done\n", d)
+    procs, mark, bare = [], None, None
     try:
-        bare = as_user_in(NODES[0], [*in_image(root), "python3", script, "bare", d, str(rounds)],
-                          dict(env, RAY_ADDRESS=addr))
-        # The driver's step gets every CPU of node1, as the bare driver may use
-        # every core: a step of one task is otherwise pinned to one CPU.
-        jid = submit(["-N3", f"--syndeo={image}"],
-                     f"#!/bin/bash\nsrun --syndeo -N1 -n1 -c{node_cpus()} python3 tput.py syndeo {d} {rounds}\n", d)
-
         def why_not():
-            if bare.poll() not in (None, 0):
+            if bare is not None and bare.poll() not in (None, 0):
                 return f"the bare driver failed: {bare.stdout.read()[-2000:]}"
             st = job_state(jid)
-            if st not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "COMPLETED", ""):
+            if st not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", ""):
                 return f"syndeo job {jid} {st}: {''.join(job_out(jid))[-2000:]}"
             return None
 
-        for side in ("syndeo", "bare"):
-            wait_file(os.path.join(d, f"{side}.ready"), 300, why_not)
-        rates, cpu = {"syndeo": [], "bare": []}, {"syndeo": 0.0, "bare": 0.0}
-        by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
-        which = {"syndeo": lambda: job_processes(jid), "bare": lambda: processes_with_env(mark)}
-        for k in range(rounds):
-            for side in (("syndeo", "bare") if k % 2 == 0 else ("bare", "syndeo")):
-                # The /proc scan first: its own CPU is not the round's.
-                procs_before = cpu_of_processes(which[side]())
-                before = busy_cpu_seconds()
-                open(os.path.join(d, f"go-{side}-{k}"), "w").close()
-                done = os.path.join(d, f"done-{side}-{k}")
-                wait_file(done, 120, why_not)
-                cpu[side] += busy_cpu_seconds() - before
-                by_cmd[side].update(cpu_by_command(procs_before, cpu_of_processes(which[side]())))
-                rates[side].append(float(open(done).read()))
-        bare.communicate(timeout=60)
+        wait_file(os.path.join(d, "syndeo.ready"), 300, why_not)
+        try:
+            _, _, procs, mark, addr, env = bare_cluster(root, jid)
+            bare = as_step(jid, NODES[0], [*in_image(root), "python3", script, "bare", d, str(rounds)],
+                           dict(env, RAY_ADDRESS=addr))
+            wait_file(os.path.join(d, "bare.ready"), 300, why_not)
+            rates, cpu = {"syndeo": [], "bare": []}, {"syndeo": 0.0, "bare": 0.0}
+            by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
+            which = {"syndeo": lambda: job_processes(jid, mark), "bare": lambda: processes_with_env(mark)}
+            for k in range(rounds):
+                for side in (("syndeo", "bare") if k % 2 == 0 else ("bare", "syndeo")):
+                    # The /proc scan first: its own CPU is not the round's.
+                    procs_before = cpu_of_processes(which[side]())
+                    before = busy_cpu_seconds()
+                    open(os.path.join(d, f"go-{side}-{k}"), "w").close()
+                    done = os.path.join(d, f"done-{side}-{k}")
+                    wait_file(done, 120, why_not)
+                    cpu[side] += busy_cpu_seconds() - before
+                    by_cmd[side].update(cpu_by_command(procs_before, cpu_of_processes(which[side]())))
+                    rates[side].append(float(open(done).read()))
+            bare.communicate(timeout=60)
+        finally:
+            if mark is not None:
+                bare_stop(procs, mark, steps=True)
+            if bare is not None and bare.poll() is None:
+                bare.kill()
+                bare.wait()
+            open(finish, "w").close()
         if wait_job(jid) != "COMPLETED":
             raise SystemExit(f"syndeo job {jid}: {''.join(job_out(jid))[-2000:]}")
         jid = None
@@ -830,7 +915,6 @@ def throughput_pair(image, root, rounds):
         if jid is not None:
             mc("cancel", jid, check=False)
             wait_job(jid, limit=120)
-        bare_stop(procs, mark)
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -894,6 +978,9 @@ def main():
     ap.add_argument("--tput-rounds", type=int, default=12)
     ap.add_argument("--only-throughput", action="store_true",
                     help="only the throughput pairs, with where each side's CPU went; prints, writes nothing")
+    ap.add_argument("--peers-from-sif", action="store_true",
+                    help="with --only-throughput and a SIF image: the bare side runs from the SIF too, mounted "
+                         "with squashfuse_ll on every node (peers_sif_root), not from its directory")
     ap.add_argument("--no-mesh", action="store_true",
                     help="leave out the mesh-scale step (it does not depend on Slurm's release or the runtime; "
                          "BENCHMARKS.md's \"Mesh scale alone\" has it)")
@@ -905,6 +992,10 @@ def main():
     connect(a.mc)
     started = time.time()
     root = image_root(a.image)
+    if a.peers_from_sif:
+        if not (a.only_throughput and a.image.endswith(".sif")):
+            raise SystemExit("bench: --peers-from-sif needs --only-throughput and a SIF --image")
+        root = peers_sif_root(a.image)
     peers = peer_versions(root)
     log(f"bench: the peers run {peers} from {root} (bubblewrap, without syndeo)")
 
@@ -949,7 +1040,12 @@ def main():
     pair_ratios = []
     by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
     for i in range(a.tput_reps):
-        rates, used, procs = throughput_pair(a.image, root, a.tput_rounds)
+        try:
+            rates, used, procs = throughput_pair(a.image, root, a.tput_rounds)
+        except BaseException:
+            if a.peers_from_sif:
+                peers_sif_unmount()
+            raise
         for side in tputs:
             tputs[side] += rates[side]
             cpu[side] += used[side]
@@ -959,6 +1055,8 @@ def main():
     tasks = 2000 * a.tput_rounds * a.tput_reps
     cpu_syndeo, cpu_bare = (cpu[side] / tasks * 1000 for side in ("syndeo", "bare"))
     where = cpu_table(by_cmd, cpu, tasks)
+    if a.peers_from_sif:
+        peers_sif_unmount()
     if a.only_throughput:
         print(f"throughput: syndeo {tput_syndeo:.0f}/s, bare {tput_bare:.0f}/s, syndeo/bare "
               f"{tput_syndeo / tput_bare:.3f}; pairs: {', '.join(f'{x:.3f}' for x in pair_ratios)}")
@@ -1034,7 +1132,8 @@ def main():
         "each the ratio of the two sides' median rounds): " + ", ".join(f"{x:.2f}" for x in pair_ratios),
         "",
         "Where each side's CPU went during its own rounds, per 1,000 tasks: its processes by command name",
-        "(syndeo's: the job's cgroup and syndeo's marker; bare's: its marker), the rest of the machine apart.",
+        "(syndeo's: the job's cgroup and syndeo's marker, less the bare cluster's steps; bare's: its marker;",
+        "no slurmstepd), the rest of the machine apart.",
         "",
         *where,
     ] + (mesh_lines(mesh) if mesh else [
@@ -1143,6 +1242,11 @@ are the result. Benchmarks never fail CI.
   the peers pay neither Apptainer's start nor reads through squashfuse, which are part
   of syndeo's cost there (the Apptainer row gives the start). So each ratio compares
   syndeo with the same interpreter and Ray, whatever Python the nodes have.
+- **Regenerated on 2026-11-27** (the three sections above, on this round's machine, an
+  Intel Xeon with 2 cores, quiet, each `bench/run --reps 5 --no-mesh`, the throughput's
+  bare side in the syndeo job): ready syndeo/bare 1.05 (22.05), 0.87 (24.11), 1.22 (26.05,
+  SIF); symmetric-run/syndeo 1.82, 2.34, 1.67; template/syndeo 6.06, 4.87, 3.39;
+  throughput 1.00, 1.00, 0.92; CPU per 1,000 tasks 0.96, 0.97, 1.07.
 - **What equal footing showed** (2026-11-26, all three sections): with the peers on the
   image's Python 3.11 (before: the nodes' 3.13 or 3.14), bare `ray start` on bubblewrap
   takes 5-6 s, not 10.6 s: the earlier syndeo/bare of 0.47-0.63 was mostly the
@@ -1219,9 +1323,15 @@ are the result. Benchmarks never fail CI.
   own, and no Ray binds them here): in one process, every node's holders on 0.0.0.0 made
   each later node's pick scan past all earlier nodes' ports, O(N²) binds (1,024 nodes
   took 15.6 s that way, not 1 s).
-- **throughput**: a syndeo cluster and a bare one run at once on the same nodes. Each
-  has one driver on node1: through `srun --syndeo` in syndeo's container, and in the
-  peers' container (above) against the bare cluster. Each driver runs 200 warm-up tasks.
+- **throughput**: a syndeo cluster and a bare one run at once on the same nodes, in the
+  same Slurm job: the bare cluster's `ray start`s and its driver are plain steps of the
+  syndeo job (`srun --jobid --overlap`, every CPU of the node, the task's environment
+  cleared), so both sides live in the job's cgroups, under its limits and accounting, as
+  a user would run Ray by hand in their allocation. Each has one driver on node1: through
+  `srun --syndeo` in syndeo's container, and in the peers' container (above) against the
+  bare cluster. A side's processes are syndeo's job's minus the bare cluster's steps
+  (found by its marker and their step cgroups), and the bare cluster's by its marker;
+  neither counts a slurmstepd. Each driver runs 200 warm-up tasks.
   Then the two take turns: one round of 2,000 empty `num_cpus=1` tasks, then the other
   side's round. Which side goes first alternates, so a drift of the machine's speed
   falls on both alike. The table gives the median round of each side over all pairs. The
