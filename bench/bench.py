@@ -251,6 +251,21 @@ def peers_sif_root(sif):
     return SIF_PEERS
 
 
+def peers_copies_root(root):
+    """By hand (--peers-from-copies): each node's own copy of the image's
+    directory (made once, beside it), bound at SIF_PEERS in that node: the
+    same files as the directory, in pages of their own on each node, as
+    each node's squashfuse mount of a SIF has."""
+    for i, n in enumerate(NODES):
+        copy = f"{root}.bench-copy-{i}"
+        if not os.path.isdir(copy):
+            sh(["cp", "-a", root, copy + ".tmp"], check=True)
+            os.rename(copy + ".tmp", copy)
+        mc("in-node", n, "--", "mkdir", "-p", SIF_PEERS)
+        mc("in-node", n, "--", "mount", "--bind", "-o", "ro", copy, SIF_PEERS)
+    return SIF_PEERS
+
+
 def peers_sif_unmount():
     for n in NODES:
         mc("in-node", n, "--", "umount", SIF_PEERS, check=False)
@@ -981,6 +996,9 @@ def main():
     ap.add_argument("--peers-from-sif", action="store_true",
                     help="with --only-throughput and a SIF image: the bare side runs from the SIF too, mounted "
                          "with squashfuse_ll on every node (peers_sif_root), not from its directory")
+    ap.add_argument("--peers-from-copies", action="store_true",
+                    help="with --only-throughput: the bare side runs on each node from its own copy of the "
+                         "image's directory (peers_copies_root), not all nodes from the same one")
     ap.add_argument("--no-mesh", action="store_true",
                     help="leave out the mesh-scale step (it does not depend on Slurm's release or the runtime; "
                          "BENCHMARKS.md's \"Mesh scale alone\" has it)")
@@ -996,6 +1014,10 @@ def main():
         if not (a.only_throughput and a.image.endswith(".sif")):
             raise SystemExit("bench: --peers-from-sif needs --only-throughput and a SIF --image")
         root = peers_sif_root(a.image)
+    if a.peers_from_copies:
+        if not a.only_throughput:
+            raise SystemExit("bench: --peers-from-copies needs --only-throughput")
+        root = peers_copies_root(root)
     peers = peer_versions(root)
     log(f"bench: the peers run {peers} from {root} (bubblewrap, without syndeo)")
 
@@ -1043,7 +1065,7 @@ def main():
         try:
             rates, used, procs = throughput_pair(a.image, root, a.tput_rounds)
         except BaseException:
-            if a.peers_from_sif:
+            if a.peers_from_sif or a.peers_from_copies:
                 peers_sif_unmount()
             raise
         for side in tputs:
@@ -1055,7 +1077,7 @@ def main():
     tasks = 2000 * a.tput_rounds * a.tput_reps
     cpu_syndeo, cpu_bare = (cpu[side] / tasks * 1000 for side in ("syndeo", "bare"))
     where = cpu_table(by_cmd, cpu, tasks)
-    if a.peers_from_sif:
+    if a.peers_from_sif or a.peers_from_copies:
         peers_sif_unmount()
     if a.only_throughput:
         print(f"throughput: syndeo {tput_syndeo:.0f}/s, bare {tput_bare:.0f}/s, syndeo/bare "
