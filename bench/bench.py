@@ -20,6 +20,7 @@ one run are the result.
 5. Mesh scale: simulated nodes' agents on loopback, Ray replaced by a no-op.
 """
 import argparse
+import atexit
 import collections
 import datetime
 import functools
@@ -52,6 +53,7 @@ IP = {}  # each node's address on the cluster's bridge
 # syndeo's files and Slurm's config are under it.
 ROOT = ""
 NODE_ARGV = {}  # per node, the argv prefix of as_user_in (syndeo-mc node-argv); new after each restart
+SLURM_ARGV = []  # the argv prefix that runs a Slurm client as USER in WORK (syndeo-mc slurm-argv); likewise
 JOBS = {}  # per job id, what `syndeo-mc sbatch` said: its stdout and stderr files
 
 
@@ -75,7 +77,7 @@ def connect(client):
     IP = {n["name"]: n["addr"] for n in FACTS["nodes"]}
     ROOT = FACTS["root_prefix"]
     WORK = user_dir("")
-    refresh_node_argv()
+    refresh_argvs()
 
 
 def user_dir(name):
@@ -83,11 +85,13 @@ def user_dir(name):
     return mc("workdir", USER, os.path.join("bench", name).rstrip("/")).strip()
 
 
-def refresh_node_argv():
-    """as_user_in's argv prefix for every node, asked before anything is
-    timed, and again after Slurm restarts (it names slurmd's PID)."""
+def refresh_argvs():
+    """as_user_in's argv prefix for every node and the Slurm clients', asked
+    before anything is timed, and again after Slurm restarts (they name
+    slurmd's and slurmctld's PIDs)."""
     NODE_ARGV.clear()
     NODE_ARGV.update({n: json.loads(mc("node-argv", n, USER)) for n in NODES})
+    SLURM_ARGV[:] = json.loads(mc("slurm-argv", USER, WORK))
 
 
 def home():
@@ -232,7 +236,7 @@ def image_root(image):
     return root
 
 
-SIF_PEERS = "/tmp/sif-peers"  # on each node, in its own /tmp (--peers-from-sif)
+SIF_PEERS = "/tmp/sif-peers"  # on each node, in its own /tmp (--peers-from-sif, --peers-from-copies)
 
 
 def peers_sif_root(sif):
@@ -246,8 +250,7 @@ def peers_sif_root(sif):
     if offset < 0:
         raise SystemExit(f"bench: no squashfs in {sif}")
     for n in NODES:
-        mc("in-node", n, "--", "mkdir", "-p", SIF_PEERS)
-        mc("in-node", n, "--", "squashfuse_ll", "-o", f"ro,allow_other,offset={offset}", sif, SIF_PEERS)
+        mount_peers_root(n, ["squashfuse_ll", "-o", f"ro,allow_other,offset={offset}", sif])
     return SIF_PEERS
 
 
@@ -261,12 +264,17 @@ def peers_copies_root(root):
         if not os.path.isdir(copy):
             sh(["cp", "-a", root, copy + ".tmp"], check=True)
             os.rename(copy + ".tmp", copy)
-        mc("in-node", n, "--", "mkdir", "-p", SIF_PEERS)
-        mc("in-node", n, "--", "mount", "--bind", "-o", "ro", copy, SIF_PEERS)
+        mount_peers_root(n, ["mount", "--bind", "-o", "ro", copy])
     return SIF_PEERS
 
 
-def peers_sif_unmount():
+def mount_peers_root(node, mount_argv):
+    """MOUNT_ARGV SIF_PEERS as root in `node` (unmount_peers_roots undoes it)."""
+    mc("in-node", node, "--", "mkdir", "-p", SIF_PEERS)
+    mc("in-node", node, "--", *mount_argv, SIF_PEERS)
+
+
+def unmount_peers_roots():
     for n in NODES:
         mc("in-node", n, "--", "umount", SIF_PEERS, check=False)
 
@@ -312,10 +320,15 @@ def each_process(name):
                 continue
 
 
+def parent(stat):
+    """The parent's PID in a /proc/PID/stat: after the command's name (in
+    parentheses, which it may hold too), the state, then the parent."""
+    return int(stat.rsplit(b")", 1)[1].split()[1])
+
+
 def children(pid):
     """The PIDs whose parent is `pid`."""
-    # After the command's name (in parentheses, which it may hold too): state, then the parent.
-    return [p for p, stat in each_process("stat") if int(stat.rsplit(b")", 1)[1].split()[1]) == pid]
+    return [p for p, stat in each_process("stat") if parent(stat) == pid]
 
 
 def contained_command(p):
@@ -507,14 +520,14 @@ def phase_lines():
 def as_step(jid, node, argv, env):
     """ARGV as a step of job `jid` on `node`, as USER, with only `env`:
     `srun --jobid --overlap` (the job's steps share its CPUs and memory),
-    started through syndeo-mc slurm-argv, the step's task `env -i` so that
+    started through SLURM_ARGV, the step's task `env -i` so that
     the command gets no SLURM_* variable (nor syndeo's, nor the bench's).
     The step has every CPU of the node: a step of one task is otherwise
     pinned to one CPU. The returned process is srun; the task runs under the
     node's slurmstepd, in the step's cgroup, where syndeo's own processes of
     the job are too."""
     envv = [f"{k}={v}" for k, v in env.items()]
-    cmd = [*json.loads(mc("slurm-argv", USER, WORK)), "srun", f"--jobid={jid}", "--overlap", "-N1", "-n1",
+    cmd = [*SLURM_ARGV, "srun", f"--jobid={jid}", "--overlap", "-N1", "-n1",
            "-w", node, f"-c{node_cpus()}", "--quiet", "/usr/bin/env", "-i", *envv, *argv]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/",
                             env={"PATH": "/usr/bin:/bin"})
@@ -579,9 +592,9 @@ def bare_stop(procs, mark, steps=False):
     containers are the marked bwraps found in /proc."""
     t0 = time.time()
     if steps:
-        bwraps = [p for p, comm in each_process("comm") if comm.strip() == b"bwrap"]
         marked = set(processes_with_env(mark))
-        commands = [c for b in bwraps if b in marked for c in children(b)]
+        bwraps = {p for p, comm in each_process("comm") if p in marked and comm.strip() == b"bwrap"}
+        commands = [p for p, stat in each_process("stat") if parent(stat) in bwraps]
     else:
         commands = [contained_command(p) for p in procs]
     for pid in commands:
@@ -701,13 +714,11 @@ done
 
 def srun_latency(n):
     """n times `srun -N1 -n1 true` as USER, each timed from its start to its
-    exit; nothing but nsenter and runuser in between (syndeo-mc slurm-argv,
-    asked before: it names slurmctld's PID, new after each restart)."""
-    prefix = json.loads(mc("slurm-argv", USER, WORK))
+    exit; nothing but nsenter and runuser in between (SLURM_ARGV)."""
     xs = []
     for _ in range(n):
         t = time.time()
-        r = sh([*prefix, "srun", "-N1", "-n1", "true"])
+        r = sh([*SLURM_ARGV, "srun", "-N1", "-n1", "true"])
         if r.returncode != 0:
             raise SystemExit(f"srun true failed: {r.stderr}")
         xs.append(time.time() - t)
@@ -716,7 +727,7 @@ def srun_latency(n):
 
 def restart_slurm():
     mc("restart")
-    refresh_node_argv()
+    refresh_argvs()
 
 
 def use_plugins(side, empty_plugin):
@@ -1010,6 +1021,9 @@ def main():
     connect(a.mc)
     started = time.time()
     root = image_root(a.image)
+    if a.peers_from_sif or a.peers_from_copies:
+        # However the bench ends, from before the first mount on.
+        atexit.register(unmount_peers_roots)
     if a.peers_from_sif:
         if not (a.only_throughput and a.image.endswith(".sif")):
             raise SystemExit("bench: --peers-from-sif needs --only-throughput and a SIF --image")
@@ -1062,12 +1076,7 @@ def main():
     pair_ratios = []
     by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
     for i in range(a.tput_reps):
-        try:
-            rates, used, procs = throughput_pair(a.image, root, a.tput_rounds)
-        except BaseException:
-            if a.peers_from_sif or a.peers_from_copies:
-                peers_sif_unmount()
-            raise
+        rates, used, procs = throughput_pair(a.image, root, a.tput_rounds)
         for side in tputs:
             tputs[side] += rates[side]
             cpu[side] += used[side]
@@ -1077,8 +1086,6 @@ def main():
     tasks = 2000 * a.tput_rounds * a.tput_reps
     cpu_syndeo, cpu_bare = (cpu[side] / tasks * 1000 for side in ("syndeo", "bare"))
     where = cpu_table(by_cmd, cpu, tasks)
-    if a.peers_from_sif or a.peers_from_copies:
-        peers_sif_unmount()
     if a.only_throughput:
         print(f"throughput: syndeo {tput_syndeo:.0f}/s, bare {tput_bare:.0f}/s, syndeo/bare "
               f"{tput_syndeo / tput_bare:.3f}; pairs: {', '.join(f'{x:.3f}' for x in pair_ratios)}")
