@@ -129,3 +129,28 @@ print("RESOURCES", int(r["CPU"]), int(r["memory"]) >> 20, int(r["object_store_me
     // 1 CPU and 1500 MiB per node: object store a third (500 MiB), Ray's memory the rest.
     assert!(job.stdout().contains("RESOURCES 3 3000 1500"), "{}", job.output());
 }
+
+/// The head hands the workers its GCS's address as soon as the GCS listens,
+/// before its own `ray start` returns, so that the workers' start overlaps
+/// the rest of the head's. Ray's GCS (gRPC on every address) listens
+/// dual-stack on `[::]:port`, which only the kernel's IPv6 table shows: the
+/// head must see it there (`ports::own_listener`).
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn the_head_hands_out_the_gcs_address_once_the_gcs_listens_before_its_ray_start_returns() {
+    let image = image();
+    let dir = workdir(user_a(), "gcs-early");
+    let job = sbatch(user_a(), &dir, &["-N3", &format!("--syndeo={image}")], "#!/bin/bash\necho READY\n");
+    assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
+    let kept = dir.join(format!("syndeo-{}", job.id));
+    let logs: Vec<String> =
+        nodes().iter().map(|n| std::fs::read_to_string(kept.join(n).join("agent.log")).unwrap_or_default()).collect();
+    let head =
+        logs.iter().find(|l| l.contains("this node is the head")).unwrap_or_else(|| panic!("no head: {logs:#?}"));
+    let (up, started) = (head.find("workers may start"), head.find("Ray head started in"));
+    assert!(started.is_some(), "{head}");
+    assert!(
+        up.is_some() && up < started,
+        "the GCS's address went out only when the head's ray start returned:\n{head}"
+    );
+}

@@ -268,14 +268,13 @@ async fn head_started(
 async fn own_listener(ip: IpAddr, port: u16) -> Result<(), String> {
     let me = nix::unistd::getuid().as_raw();
     loop {
-        let uids = ports::listener_uids(ip, port);
-        if let Some(other) = uids.iter().find(|u| **u != me) {
-            return Err(format!("{ip}:{port}, the GCS's port, has a listener of uid {other}, not this job's"));
+        match ports::own_listener(ip, port, me) {
+            Err(other) => {
+                return Err(format!("{ip}:{port}, the GCS's port, has a listener of uid {other}, not this job's"))
+            }
+            Ok(true) => return Ok(()),
+            Ok(false) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
-        if !uids.is_empty() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -17,7 +17,7 @@
 //! from a block of the job's own so that jobs starting together pick apart;
 //! when every one is held by someone, the kernel picks (still held).
 use std::cell::Cell;
-use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -157,6 +157,22 @@ pub fn listener_uids(ip: IpAddr, port: u16) -> Vec<u32> {
     text.lines().skip(1).filter_map(|l| listener_uid(l, ip, port)).collect()
 }
 
+/// Whether a listener of uid `me` takes connections to `ip:port`: Ok(true)
+/// when one does, Ok(false) while none listens, Err(uid) when a listener of
+/// another uid could take them. A gRPC server (Ray's GCS) told to listen on
+/// every address listens dual-stack on `[::]:port`, which only the IPv6
+/// table shows: for an IPv4 `ip` a wildcard listener of `me` there counts
+/// too. Another uid's listener there does not: while the job holds
+/// `0.0.0.0:port`, it can only be IPv6-only (see `listener_uids`).
+pub fn own_listener(ip: IpAddr, port: u16, me: u32) -> Result<bool, u32> {
+    let uids = listener_uids(ip, port);
+    if let Some(other) = uids.iter().find(|u| **u != me) {
+        return Err(*other);
+    }
+    let dual_stack = || ip.is_ipv4() && listener_uids(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port).contains(&me);
+    Ok(!uids.is_empty() || dual_stack())
+}
+
 /// The uid of one line of /proc/net/tcp{,6} if it is a listener on `port`
 /// that takes connections to `ip`.
 fn listener_uid(line: &str, ip: IpAddr, port: u16) -> Option<u32> {
@@ -218,6 +234,30 @@ mod tests {
         assert!(std::net::TcpStream::connect((lo, port)).is_ok());
         let me = nix::unistd::getuid().as_raw();
         assert_eq!(listener_uids(lo, port), [me], "one listener, the holder is not one");
+    }
+
+    #[test]
+    fn a_dual_stack_listener_of_this_uid_on_a_held_port_counts_as_taking_its_ipv4_connections() {
+        let (port, _held) = hold(0).unwrap();
+        let me = nix::unistd::getuid().as_raw();
+        let lo = IpAddr::from([127u8, 0, 0, 1]);
+        assert_eq!(own_listener(lo, port, me), Ok(false), "the holder does not listen");
+        // As Ray's GCS (gRPC on every address): one socket on [::]:port, not
+        // IPv6-only, SO_REUSEPORT through the preload library.
+        let listener = socket(AddressFamily::Inet6, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).unwrap();
+        setsockopt(&listener, sockopt::ReusePort, &true).unwrap();
+        setsockopt(&listener, sockopt::Ipv6V6Only, &false).unwrap();
+        let any = nix::sys::socket::SockaddrIn6::from(std::net::SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0));
+        bind(std::os::fd::AsRawFd::as_raw_fd(&listener), &any).unwrap();
+        nix::sys::socket::listen(&listener, nix::sys::socket::Backlog::new(4).unwrap()).unwrap();
+        assert!(std::net::TcpStream::connect((lo, port)).is_ok(), "it takes IPv4 connections");
+        assert!(listener_uids(lo, port).is_empty(), "the IPv4 table does not show it");
+        assert_eq!(own_listener(lo, port, me), Ok(true));
+        assert_eq!(
+            own_listener(lo, port, me + 1),
+            Ok(false),
+            "to another uid, a wildcard IPv6 listener not its own is not its GCS"
+        );
     }
 
     #[test]
