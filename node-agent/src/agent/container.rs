@@ -283,4 +283,68 @@ print(launcher.active_nodes(json.dumps(v2)), launcher.active_nodes(json.dumps(v1
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "3 2 0", "{}", String::from_utf8_lossy(&o.stderr));
     }
+
+    /// `registration_polled` in the launcher, run by a real Python against
+    /// stand-ins of Ray's modules: Ray's own wait for the node's record
+    /// (`services.get_node`, which sleeps a second between asks) is called
+    /// only once the GCS lists the node alive, and at once when the GCS
+    /// cannot be asked.
+    #[test]
+    fn the_launcher_calls_rays_own_wait_for_the_nodes_record_once_the_gcs_lists_it_alive() {
+        let dir = std::env::temp_dir().join(format!("syndeo-launcher-reg-{}", std::process::id()));
+        for d in ["ray/_private", "ray/core/generated"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        std::fs::write(dir.join("launcher.py"), LAUNCHER_SCRIPT).unwrap();
+        for f in
+            ["ray/__init__.py", "ray/_private/__init__.py", "ray/core/__init__.py", "ray/core/generated/__init__.py"]
+        {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        std::fs::write(
+            dir.join("ray/_private/services.py"),
+            "log = []\ndef get_node(gcs_address, node_id):\n    log.append('ray')\n    return {'node_id': node_id}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("ray/core/generated/gcs_pb2.py"),
+            "class GcsNodeInfo:\n    class GcsNodeState:\n        ALIVE = 1\n    def __init__(self, state):\n        self.state = state\n",
+        )
+        .unwrap();
+        let raylet = |gcs_client: &str| {
+            std::fs::write(dir.join("ray/_raylet.py"), gcs_client).unwrap();
+            let code = r#"
+import time, launcher
+import ray._private.services as services
+launcher.stop_on_eof = time.sleep
+launcher.registration_polled()
+print(services.get_node("10.0.0.1:6379", "ab"), services.log)
+"#;
+            let o = std::process::Command::new("/usr/bin/python3")
+                .args(["-B", "-c", code])
+                .env("PYTHONPATH", &dir)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).trim().to_string() + &String::from_utf8_lossy(&o.stderr)
+        };
+        // The node is listed, dead, then alive at the third ask.
+        let listed = raylet(
+            r#"from ray.core.generated.gcs_pb2 import GcsNodeInfo
+from ray._private import services
+class GcsClient:
+    def __init__(self, address):
+        assert address == "10.0.0.1:6379"
+        self.asks = 0
+    def get_all_node_info(self, timeout):
+        self.asks += 1
+        services.log.append(f"gcs {self.asks}")
+        return {} if self.asks == 1 else {bytes.fromhex("ab"): GcsNodeInfo(1 if self.asks == 3 else 2)}
+"#,
+        );
+        let unreachable =
+            raylet("class GcsClient:\n    def __init__(self, address):\n        raise OSError('no GCS')\n");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(listed, "{'node_id': 'ab'} ['gcs 1', 'gcs 2', 'gcs 3', 'ray']");
+        assert_eq!(unreachable, "{'node_id': 'ab'} ['ray']");
+    }
 }
