@@ -1271,11 +1271,32 @@ are the result. Benchmarks never fail CI.
   the peers pay neither Apptainer's start nor reads through squashfuse, which are part
   of syndeo's cost there (the Apptainer row gives the start). So each ratio compares
   syndeo with the same interpreter and Ray, whatever Python the nodes have.
-- **Regenerated on 2026-11-27** (the three sections above, on this round's machine, an
-  Intel Xeon with 2 cores, quiet, each `bench/run --reps 5 --no-mesh`, the throughput's
-  bare side in the syndeo job): ready syndeo/bare 1.05 (22.05), 0.87 (24.11), 1.22 (26.05,
-  SIF); symmetric-run/syndeo 1.82, 2.34, 1.67; template/syndeo 6.06, 4.87, 3.39;
-  throughput 1.00, 1.00, 0.92; CPU per 1,000 tasks 0.96, 0.97, 1.07.
+- **Regenerated on 2026-11-27, after two fixes to syndeo's start** (the three sections
+  above, this round's machine, an Intel Xeon with 2 cores, each `bench/run --reps 5
+  --no-mesh`; the machine ran 10-20 % slower than in the earlier runs (05:30-06:00), both sides
+  alike): ready syndeo/bare 0.83 (22.05), **0.69** (24.11), 1.14 (26.05, SIF), in the
+  earlier runs before the fixes 1.05, 0.87, 1.22; symmetric-run/syndeo 2.42, 2.06, 1.48
+  (before 1.82, 2.34, 1.67); template/syndeo 7.14, 4.83, 2.85; throughput 1.00, 0.98,
+  0.93; CPU per 1,000 tasks 0.98, 0.98, 1.04.
+- **The two fixes** (commits bcf2725, 7c68ed4; found in the agents' and Ray's own logs):
+  the head is meant to hand the workers the GCS's address as soon as the GCS listens, so
+  that their `ray start` overlaps the rest of the head's. It looked for the listener in
+  the kernel's IPv4 table only, and Ray's GCS (gRPC on every address) listens dual-stack
+  on `[::]:port`, which only the IPv6 table shows: the hand-out never fired, and the
+  workers began when the head's `ray start` returned. Second, after it spawns the
+  raylet, every `ray start` waits for the node's record through `services.get_node`,
+  whose C++ side sleeps a whole second between asks: timed in the launcher, that call
+  took 1.03 and 2.01 s of `ray start`'s 1.2-2.8 s. The launcher now asks the GCS every
+  50 ms first. The head's `ray start` went from 1.70-2.69 s to 1.24-1.35 s on bubblewrap
+  (medians, the phase tables). The bare peer is Ray as shipped: its workers start after
+  the head's `ray start` returns and each `ray start` keeps the one-second asks, so its
+  times fall on steps about a second apart (3.97-4.04, 4.90-5.24, 5.63-6.38 s above),
+  and which step a repetition lands on moves every ratio against it. Tried and left out:
+  starting the workers' raylets before the head's registers (Ray 2.60's worker start
+  reads the head's record only for its temp and session directories; answered from the
+  worker's own `--temp-dir`, 5 jobs on 24.11 took 4.19 s median against 4.44 s from the
+  agents' start to ready), because in a heterogeneous job the components' temp
+  directories differ.
 - **What equal footing showed** (2026-11-26, all three sections): with the peers on the
   image's Python 3.11 (before: the nodes' 3.13 or 3.14), bare `ray start` on bubblewrap
   takes 5-6 s, not 10.6 s: the earlier syndeo/bare of 0.47-0.63 was mostly the
