@@ -225,6 +225,27 @@ async fn slurm_job(job_id: u32) -> SlurmJob {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
+    /// A fresh directory holding the launcher script, for a real Python to
+    /// import it from.
+    fn launcher_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("syndeo-launcher-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("launcher.py"), LAUNCHER_SCRIPT).unwrap();
+        dir
+    }
+
+    /// `python3 -B -c CODE` with `dir` on its module path: its stdout,
+    /// trimmed, and its stderr.
+    fn python_in(dir: &Path, code: &str) -> (String, String) {
+        let o = std::process::Command::new("/usr/bin/python3")
+            .args(["-B", "-c", code])
+            .env("PYTHONPATH", dir)
+            .output()
+            .unwrap();
+        (String::from_utf8_lossy(&o.stdout).trim().to_string(), String::from_utf8_lossy(&o.stderr).into_owned())
+    }
 
     #[test]
     fn the_launcher_script_speaks_the_protocol_the_agent_parses_and_has_a_main() {
@@ -243,21 +264,15 @@ mod tests {
     /// stand-in of Ray's own test (`get_dashboard_dependency_error`).
     #[test]
     fn the_launcher_says_the_image_has_a_dashboard_only_when_rays_own_test_passes() {
-        let dir = std::env::temp_dir().join(format!("syndeo-launcher-dash-{}", std::process::id()));
+        let dir = launcher_dir("dash");
         std::fs::create_dir_all(dir.join("ray/_private")).unwrap();
-        std::fs::write(dir.join("launcher.py"), LAUNCHER_SCRIPT).unwrap();
         std::fs::write(dir.join("ray/__init__.py"), "").unwrap();
         std::fs::write(dir.join("ray/_private/__init__.py"), "").unwrap();
         let answer = |error: &str| {
             let utils = format!("def get_dashboard_dependency_error():\n    return {error}\n");
             std::fs::write(dir.join("ray/_private/utils.py"), utils).unwrap();
-            let code = "import launcher; print(launcher.has_dashboard())";
-            let o = std::process::Command::new("/usr/bin/python3")
-                .args(["-B", "-c", code])
-                .env("PYTHONPATH", &dir)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&o.stdout).trim().to_string() + &String::from_utf8_lossy(&o.stderr)
+            let (out, err) = python_in(&dir, "import launcher; print(launcher.has_dashboard())");
+            out + &err
         };
         let (with, without) = (answer("None"), answer("'No module named aiohttp'"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -269,19 +284,16 @@ mod tests {
     /// status` prints under Active), and with only per-node resources.
     #[test]
     fn the_launcher_counts_the_nodes_rays_status_lists_active() {
-        let dir = std::env::temp_dir().join(format!("syndeo-launcher-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("launcher.py"), LAUNCHER_SCRIPT).unwrap();
+        let dir = launcher_dir("status");
         let code = r#"
 import json, launcher
 v2 = {"autoscaler_report": {"active_nodes": {"node_a": 1, "node_b": 1, "node_c": 1}}, "load_metrics_report": {}}
 v1 = {"load_metrics_report": {"usage_by_node": {"a": {}, "b": {}}}}
 print(launcher.active_nodes(json.dumps(v2)), launcher.active_nodes(json.dumps(v1)), launcher.active_nodes("{}"))
 "#;
-        let o =
-            std::process::Command::new("/usr/bin/python3").args(["-c", code]).env("PYTHONPATH", &dir).output().unwrap();
+        let (out, err) = python_in(&dir, code);
         let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "3 2 0", "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(out, "3 2 0", "{err}");
     }
 
     /// `registration_polled` in the launcher, run by a real Python against
@@ -291,11 +303,10 @@ print(launcher.active_nodes(json.dumps(v2)), launcher.active_nodes(json.dumps(v1
     /// cannot be asked.
     #[test]
     fn the_launcher_calls_rays_own_wait_for_the_nodes_record_once_the_gcs_lists_it_alive() {
-        let dir = std::env::temp_dir().join(format!("syndeo-launcher-reg-{}", std::process::id()));
+        let dir = launcher_dir("reg");
         for d in ["ray/_private", "ray/core/generated"] {
             std::fs::create_dir_all(dir.join(d)).unwrap();
         }
-        std::fs::write(dir.join("launcher.py"), LAUNCHER_SCRIPT).unwrap();
         for f in
             ["ray/__init__.py", "ray/_private/__init__.py", "ray/core/__init__.py", "ray/core/generated/__init__.py"]
         {
@@ -320,12 +331,8 @@ launcher.stop_on_eof = time.sleep
 launcher.registration_polled()
 print(services.get_node("10.0.0.1:6379", "ab"), services.log)
 "#;
-            let o = std::process::Command::new("/usr/bin/python3")
-                .args(["-B", "-c", code])
-                .env("PYTHONPATH", &dir)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&o.stdout).trim().to_string() + &String::from_utf8_lossy(&o.stderr)
+            let (out, err) = python_in(&dir, code);
+            out + &err
         };
         // The node is listed, dead, then alive at the third ask.
         let listed = raylet(
