@@ -796,11 +796,12 @@ def job_processes(jid, other=None):
     the `other` marker (the bare cluster's, as_step), nor any process with
     that marker, nor any slurmstepd (is_stepd)."""
     marks = {f"SYNDEO_JOB_ID={jid}".encode(), f"SLURM_JOB_ID={jid}".encode()}
-    theirs = set(processes_with_env(other)) if other else set()
+    envs = {p: set(env.split(b"\0")) for p, env in each_process("environ")}
+    theirs = {p for p, env in envs.items() if other.encode() in env} if other else set()
     step = re.compile(rf"/job_{jid}/(step_[^/\n]+)/".encode())
     cgroups = dict(each_process("cgroup"))
     their_steps = {m.group(1) for p in theirs for m in [step.search(cgroups.get(p, b""))] if m}
-    pids = {p for p, env in each_process("environ") if marks & set(env.split(b"\0"))}
+    pids = {p for p, env in envs.items() if marks & env}
     pids.update(p for p, cg in cgroups.items() if f"/job_{jid}/".encode() in cg)
     return {p for p in pids - theirs
             if not ((m := step.search(cgroups.get(p, b""))) and m.group(1) in their_steps) and not is_stepd(p)}
