@@ -279,23 +279,49 @@ def unmount_peers_roots():
         mc("in-node", n, "--", "umount", SIF_PEERS, check=False)
 
 
+def peers_image(image, runtime):
+    """What the peers run Ray from: with Apptainer and a SIF, the SIF itself
+    (in_image runs `apptainer exec` of it, as a user without syndeo would);
+    otherwise the image's root filesystem directory (image_root), under
+    bubblewrap."""
+    return image if runtime == "apptainer" and image.endswith(".sif") else image_root(image)
+
+
 def in_image(root):
     """The peers' container: the argv prefix that runs a command with the
-    image's Python and Ray, as the calling user, without syndeo. Bubblewrap
-    (in every release's root, and what syndeo runs Ray with without
-    Apptainer) binds the image read-only as `/`; the node's /tmp (Ray's temp
-    dirs, which drivers and clean_bench_dirs find there), /dev/shm (the
-    object store), /sys, /home and the HOST_FILES are bound over it, and the
-    network and PID namespace stay the node's: all that differs from Ray run
-    on the node itself is the files of /usr, /etc and the rest. bwrap stays
-    as the command's parent; --die-with-parent: the command is killed when
-    bwrap is (see contained_command)."""
+    image's Python and Ray, as the calling user, without syndeo.
+
+    A SIF (peers_image, with Apptainer): `apptainer --quiet exec SIF`, as a
+    user runs Ray from the image without syndeo. Apptainer's defaults bind
+    the node's /tmp, /dev (with /dev/shm), /sys, /proc, the home and the
+    HOST_FILES, pass the environment on and keep the node's network and PID
+    namespace; each container mounts the SIF with its own squashfuse_ll, as
+    syndeo's do. Apptainer's starter stays as the command's parent and
+    passes on the command's exit (see contained_command).
+
+    A directory: bubblewrap (in every release's root, and what syndeo runs
+    Ray with without Apptainer) binds the image read-only as `/`; the node's
+    /tmp (Ray's temp dirs, which drivers and clean_bench_dirs find there),
+    /dev/shm (the object store), /sys, /home and the HOST_FILES are bound
+    over it, and the network and PID namespace stay the node's: all that
+    differs from Ray run on the node itself is the files of /usr, /etc and
+    the rest. bwrap stays as the command's parent; --die-with-parent: the
+    command is killed when bwrap is (see contained_command)."""
+    if root.endswith(".sif"):
+        return ["apptainer", "--quiet", "exec", root]
     argv = ["/usr/bin/bwrap", "--ro-bind", root, "/", "--dev", "/dev", "--proc", "/proc",
             "--ro-bind", "/sys", "/sys", "--bind", "/tmp", "/tmp", "--bind", "/dev/shm", "/dev/shm",
             "--bind", "/home", "/home"]
     for f in HOST_FILES:
         argv += ["--ro-bind-try", f, f]
     return argv + ["--setenv", "PATH", IMAGE_PATH, "--die-with-parent", "--"]
+
+
+def peers_how(root):
+    """How the peers run, in words, for the logs and BENCHMARKS.md."""
+    if root.endswith(".sif"):
+        return "from the same SIF with `apptainer exec`"
+    return "from its root filesystem with bubblewrap"
 
 
 def in_image_script(root):
@@ -331,12 +357,27 @@ def children(pid):
     return [p for p, stat in each_process("stat") if parent(stat) == pid]
 
 
+# The peers' container processes (in_image), by command name: the command
+# each runs is a child of one of them.
+CONTAINERS = (b"bwrap", b"starter")
+# Apptainer's starter has a second child, the SIF's mount, not the command.
+NOT_THE_COMMAND = (b"squashfuse_ll",)
+
+
+def comm(pid):
+    try:
+        return open(f"/proc/{pid}/comm", "rb").read().strip()
+    except OSError:
+        return b""
+
+
 def contained_command(p):
     """The PID of the command that in_image's container `p` (an as_user_in
-    process: bwrap, which nsenter, setpriv and env exec in turn) runs:
-    bwrap's one child, which execs the command (without --unshare-pid bwrap
-    forks nothing else). bwrap's own PID when it has none (any more)."""
-    return (children(p.pid) or [p.pid])[0]
+    process: bwrap or Apptainer's starter, which nsenter, setpriv and env
+    exec in turn) runs: bwrap's one child (without --unshare-pid bwrap forks
+    nothing else), or the starter's child that is not the SIF's
+    squashfuse_ll. The container's own PID when it has none (any more)."""
+    return ([c for c in children(p.pid) if comm(c) not in NOT_THE_COMMAND] or [p.pid])[0]
 
 
 def peer_versions(root):
@@ -587,14 +628,17 @@ def bare_stop(procs, mark, steps=False):
     """SIGTERM to each `ray start --block` inside its container, as to Ray run
     on the node itself (bwrap, its parent, would die of it and take it along
     by SIGKILL: --die-with-parent); the seconds until no process of the
-    cluster is left. bwrap ends when its command does, and with it a step's
-    task and srun. As steps (bare_cluster's jid), `procs` are sruns: the
-    containers are the marked bwraps found in /proc."""
+    cluster is left. The container (bwrap, Apptainer's starter) ends when
+    its command does, and with it a step's task and srun. As steps
+    (bare_cluster's jid), `procs` are sruns: the commands are the marked
+    children of containers found in /proc."""
     t0 = time.time()
     if steps:
+        # The marked processes whose parent is a container (Apptainer's
+        # starter does not keep the environment it was given; bwrap does).
+        containers = {p for p, name in each_process("comm") if name.strip() in CONTAINERS}
         marked = set(processes_with_env(mark))
-        bwraps = {p for p, comm in each_process("comm") if p in marked and comm.strip() == b"bwrap"}
-        commands = [p for p, stat in each_process("stat") if parent(stat) in bwraps]
+        commands = [p for p, stat in each_process("stat") if p in marked and parent(stat) in containers]
     else:
         commands = [contained_command(p) for p in procs]
     for pid in commands:
@@ -1022,19 +1066,22 @@ def main():
     connect(a.mc)
     started = time.time()
     root = image_root(a.image)
+    # The peers' image: the SIF itself with Apptainer; preload_cost keeps the
+    # directory (it times syndeo's preload library, not a peer).
+    peers_root = peers_image(a.image, FACTS["runtime"])
     if a.peers_from_sif or a.peers_from_copies:
         # However the bench ends, from before the first mount on.
         atexit.register(unmount_peers_roots)
     if a.peers_from_sif:
         if not (a.only_throughput and a.image.endswith(".sif")):
             raise SystemExit("bench: --peers-from-sif needs --only-throughput and a SIF --image")
-        root = peers_sif_root(a.image)
+        peers_root = peers_sif_root(a.image)
     if a.peers_from_copies:
         if not a.only_throughput:
             raise SystemExit("bench: --peers-from-copies needs --only-throughput")
-        root = peers_copies_root(root)
-    peers = peer_versions(root)
-    log(f"bench: the peers run {peers} from {root} (bubblewrap, without syndeo)")
+        peers_root = peers_copies_root(root)
+    peers = peer_versions(peers_root)
+    log(f"bench: the peers run {peers} {peers_how(peers_root)} ({peers_root}), without syndeo")
 
     ready = {"syndeo": [], "bare ray start": [], "symmetric-run": [], "sleep template": []}
     if a.dashboard_image:
@@ -1048,14 +1095,14 @@ def main():
         return r
 
     def run_bare():
-        r, phases, procs, mark, _, _ = bare_cluster(root)
+        r, phases, procs, mark, _, _ = bare_cluster(peers_root)
         PHASES["bare"].append(phases)
         teardown_bare.append(bare_stop(procs, mark))
         return r
 
     runs = {"syndeo": run_syndeo, "bare ray start": run_bare,
-            "symmetric-run": lambda: peer_job_ready(symmetric_run_script(root)),
-            "sleep template": lambda: peer_job_ready(template_script(root)),
+            "symmetric-run": lambda: peer_job_ready(symmetric_run_script(peers_root)),
+            "sleep template": lambda: peer_job_ready(template_script(peers_root)),
             "syndeo, dashboard on": lambda: syndeo_ready(a.dashboard_image)[0]}
     order = [side for side in ["bare ray start", "syndeo", "syndeo, dashboard on", "symmetric-run", "sleep template"]
              if side in ready]
@@ -1077,7 +1124,7 @@ def main():
     pair_ratios = []
     by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
     for i in range(a.tput_reps):
-        rates, used, procs = throughput_pair(a.image, root, a.tput_rounds)
+        rates, used, procs = throughput_pair(a.image, peers_root, a.tput_rounds)
         for side in tputs:
             tputs[side] += rates[side]
             cpu[side] += used[side]
@@ -1151,7 +1198,7 @@ def main():
     ] if start else []) + [
         "",
         "Ready ratios are the median of each repetition's own ratio; the sides ran in alternating order.",
-        f"Every peer ran the image's {peers}, from its root filesystem with bubblewrap, without syndeo.",
+        f"Every peer ran the image's {peers}, {peers_how(peers_root)}, without syndeo.",
         "Every repetition (seconds): " + "; ".join(f"{k}: {', '.join(f'{x:.2f}' for x in v)}" for k, v in ready.items()),
         "",
         "Where each side's ready time goes, from syndeo's agent logs and the bare side's own clock:",
@@ -1268,10 +1315,14 @@ are the result. Benchmarks never fail CI.
   each of /etc/passwd, /etc/group, /etc/hosts and /etc/resolv.conf (`in_image` in
   bench.py; the batch scripts call a wrapper script that runs the same). Everything but
   the image's files is the node's own: network, PID namespace, /tmp, /dev/shm, /sys,
-  /home. With Apptainer, IMAGE is the directory the SIF was built from (the same files):
-  the peers pay neither Apptainer's start nor reads through squashfuse, which are part
-  of syndeo's cost there (the Apptainer row gives the start). So each ratio compares
-  syndeo with the same interpreter and Ray, whatever Python the nodes have.
+  /home. With Apptainer and a SIF, the peers run that same SIF as a user would without
+  syndeo, `apptainer --quiet exec SIF ray …` (`peers_image`, `in_image`): Apptainer's
+  defaults bind the node's /tmp, /dev, /sys, /proc and home, pass the environment on and
+  keep the node's network and PID namespace, and every container mounts the SIF with its
+  own squashfuse_ll, as syndeo's do; so the peers pay Apptainer's start and the reads
+  through squashfuse too (until 2026-11-27 they ran the directory the SIF was built from,
+  with bubblewrap, and syndeo/bare was 1.14 there). So each ratio compares syndeo with
+  the same interpreter, Ray and image, whatever Python the nodes have.
 - **Regenerated on 2026-11-27, after two fixes to syndeo's start** (the three sections
   above, this round's machine, an Intel Xeon with 2 cores, each `bench/run --reps 5
   --no-mesh`; the machine ran 10-20 % slower than in the earlier runs (05:30-06:00), both sides
@@ -1279,6 +1330,12 @@ are the result. Benchmarks never fail CI.
   earlier runs before the fixes 1.05, 0.87, 1.22; symmetric-run/syndeo 2.42, 2.06, 1.48
   (before 1.82, 2.34, 1.67); template/syndeo 7.14, 4.83, 2.85; throughput 1.00, 0.98,
   0.93; CPU per 1,000 tasks 0.98, 0.98, 1.04.
+- **The Apptainer section, with the peers on the SIF** (regenerated 2026-11-27 at 11:40,
+  `bench/run --reps 5 --no-mesh`, after the peers moved from the SIF's directory under
+  bubblewrap to the SIF itself under `apptainer exec`): ready syndeo/bare 0.72 (1.14 with
+  the peers on the directory), symmetric-run/syndeo 1.84 (1.48), template/syndeo 3.99
+  (2.85), throughput 0.95 (0.93), CPU per 1,000 tasks 1.11 (1.04). The bare `ray start`
+  from the SIF took 6.9-8.1 s against 5.3-6.4 s from the directory; syndeo's own 5.1-5.5 s.
 - **The two fixes** (commits bcf2725, 7c68ed4; found in the agents' and Ray's own logs):
   the head is meant to hand the workers the GCS's address as soon as the GCS listens, so
   that their `ray start` overlaps the rest of the head's. It looked for the listener in
@@ -1308,8 +1365,8 @@ are the result. Benchmarks never fail CI.
   the directory it was built from: syndeo/bare 1.35, throughput 0.93, CPU 1.14. The
   Apptainer row puts +120 ms on every container start, the launcher's import of Ray
   takes 1.46 s there against 1.0 s on bubblewrap (agent.log, "the image's Ray loaded"),
-  and squashfuse's own CPU counts in the machine's. Peers run with `apptainer exec` of
-  the same SIF would take that cost out of the ratio; they do not yet.
+  and squashfuse's own CPU counts in the machine's. Since 2026-11-27 the peers run the
+  same SIF with `apptainer exec` (above), which takes that cost out of the ratio.
 - **bare `ray start`** (the floor): the image's `ray start --head --block`, run in that
   container as the user in node1's namespaces. Once it says "Ray runtime started",
   `ray start --address` runs on the other nodes in parallel, with syndeo's flags
