@@ -205,6 +205,11 @@ pub fn job_binds(spec: &JobSpec, cwd: &Path) -> Vec<Bind> {
     b
 }
 
+/// Ray's pause between tries at a node-local socket (raylet, object store),
+/// and how many tries: together Ray's own budget (10 tries, 1 s apart).
+pub const SOCKET_CONNECT_PAUSE_MS: u64 = 50;
+pub const SOCKET_CONNECT_ATTEMPTS: u64 = 200;
+
 /// Ray's container. Its environment is on the runtime's command line, which
 /// every user of the node can read: it holds no secret and no port. The auth
 /// token and the ports' environment (`NodePorts::env`) go to the launcher on
@@ -227,6 +232,14 @@ pub fn ray_container(spec: &JobSpec, image: &Path, preload: Option<&Path>) -> Co
         ("AUTOSCALER_UPDATE_INTERVAL_S", "1".into()),
         // Workers start alongside the head and wait for its GCS this long.
         ("RAY_gcs_rpc_server_connect_timeout_s", spec.config.startup_timeout.to_string()),
+        // Ray's processes reach their node's raylet and object store over Unix
+        // sockets that may not listen yet, and sleep this long between tries:
+        // Ray's default of 1 s is often paid whole by a starting raylet, whose
+        // object manager connects to the store its own thread is still
+        // opening (1.0 s between the two in raylet.out). Tried every 50 ms,
+        // within Ray's budget of 10 s (SOCKET_CONNECT_ATTEMPTS).
+        ("RAY_raylet_client_connect_timeout_milliseconds", SOCKET_CONNECT_PAUSE_MS.to_string()),
+        ("RAY_raylet_client_num_connect_attempts", SOCKET_CONNECT_ATTEMPTS.to_string()),
     ];
     let mut env: Vec<(&str, String)> = env.into();
     env.extend(memory_monitor_env(spec.cgroup.memory_mb));
@@ -289,6 +302,18 @@ mod tests {
 
     fn spec() -> JobSpec {
         crate::job::simulated_spec(9, &["n1"], 0)
+    }
+
+    #[test]
+    fn rays_local_socket_connects_retry_often_within_rays_own_ten_second_budget() {
+        let cs = ray_container(&spec(), Path::new("/img"), None);
+        let get = |k: &str| -> u64 {
+            cs.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.parse().unwrap()).unwrap_or_else(|| panic!("{k} unset"))
+        };
+        let (pause, tries) =
+            (get("RAY_raylet_client_connect_timeout_milliseconds"), get("RAY_raylet_client_num_connect_attempts"));
+        assert!(pause <= 100, "a try every {pause} ms");
+        assert!(pause * tries >= 10_000, "{tries} tries {pause} ms apart give up before Ray's default of 10 s");
     }
 
     #[test]
