@@ -354,4 +354,43 @@ class GcsClient:
         assert_eq!(listed, "{'node_id': 'ab'} ['gcs 1', 'gcs 2', 'gcs 3', 'ray']");
         assert_eq!(unreachable, "{'node_id': 'ab'} ['ray']");
     }
+
+    /// `idle_dashboard_skipped` in the launcher, run by a real Python against
+    /// a stand-in of Ray's `services.start_api_server`: with
+    /// `--include-dashboard false` Ray's call for the idle dashboard is
+    /// answered "none started", as Ray answers a dashboard that failed to
+    /// start; a dashboard that is on, and any start without the flag, still
+    /// reach Ray's own call.
+    #[test]
+    fn with_the_dashboard_off_the_head_starts_no_idle_dashboard_process_but_an_on_dashboard_still_starts() {
+        let dir = launcher_dir("idle-dash");
+        std::fs::create_dir_all(dir.join("ray/_private")).unwrap();
+        std::fs::write(dir.join("ray/__init__.py"), "").unwrap();
+        std::fs::write(dir.join("ray/_private/__init__.py"), "").unwrap();
+        std::fs::write(
+            dir.join("ray/_private/services.py"),
+            "def start_api_server(include_dashboard, raise_on_failure, host, **kw):\n    \
+             return ('url', f'started {include_dashboard}')\n",
+        )
+        .unwrap();
+        let starts = |args: &str| {
+            let code = format!(
+                r#"
+import launcher
+import ray._private.services as services
+launcher.idle_dashboard_skipped({args})
+print(services.start_api_server(False, False, "h", port=1), services.start_api_server(True, True, "h"))
+"#
+            );
+            let (out, err) = python_in(&dir, &code);
+            out + &err
+        };
+        let off = starts(r#"["--head", "--include-dashboard", "false", "--port", "1"]"#);
+        let on = starts(r#"["--head", "--include-dashboard", "true"]"#);
+        let worker = starts(r#"["--address", "10.0.0.1:1"]"#);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(off, "(None, None) ('url', 'started True')");
+        assert_eq!(on, "('url', 'started False') ('url', 'started True')");
+        assert_eq!(worker, on);
+    }
 }

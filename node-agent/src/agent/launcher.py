@@ -253,6 +253,35 @@ def registration_polled():
     services.get_node = get_node
 
 
+def idle_dashboard_skipped(args):
+    """With `--include-dashboard false`, Ray's head still starts its
+    dashboard process, loading only the usage-stats module (syndeo turns
+    usage stats off), and `ray start` polls until that process is up, in
+    0.1 s steps, before it starts the head's raylet: about half a second on
+    the path to ready, and an idle Python for the job's life. Here it is not
+    started: Ray's own call answers (None, None), as Ray's does when the
+    dashboard fails to start and may (`raise_on_failure` false), which Ray's
+    callers take as no dashboard. Only with that flag, and only where this
+    Ray has `services.start_api_server(include_dashboard, ...)`; with the
+    dashboard on, Ray's own call runs."""
+    if ["--include-dashboard", "false"] not in [args[i:i + 2] for i in range(len(args))]:
+        return
+    try:
+        import ray._private.services as services
+    except Exception:
+        return
+    start = getattr(services, "start_api_server", None)
+    if start is None:
+        return
+
+    def start_api_server(include_dashboard, *rest, **kw):
+        if include_dashboard is False:
+            return None, None
+        return start(include_dashboard, *rest, **kw)
+
+    services.start_api_server = start_api_server
+
+
 def active_nodes(status):
     """How many nodes Ray's own status report (what `ray status` prints)
     lists as active: the autoscaler's count where it reports one, else the
@@ -325,6 +354,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: stop_all(0))
     wait_for_head(args, 120)
     registration_polled()
+    idle_dashboard_skipped(args)
     err = ray_start(cli, args)
     sys.stdout.flush()
     if err:
