@@ -1338,6 +1338,21 @@ are the result. Benchmarks never fail CI.
   SIF took 6.9-8.1 s against 5.3-6.4 s from the directory, syndeo's own 5.1-5.5 s. The
   section above is the run at 12:05, after the socket fix below: 0.75, 1.85, 3.91, 0.95,
   1.09, the same within the repetitions' spread.
+- **No idle dashboard on the head** (2026-11-27, the 22.05 section above, `bench/run
+  --reps 5 --no-mesh` at 11:32): with `--include-dashboard false` (an image without
+  `ray[default]`, or a site that turns the dashboard off) Ray's head still starts its
+  dashboard process, loading only the usage-stats module (which syndeo turns off), and
+  `ray start` polls, in 0.1 s steps, until that process is up before it starts the
+  head's raylet (`services.start_api_server`). The launcher no longer starts it (Ray's
+  own call answers "none started", as Ray answers a dashboard that failed to start).
+  The head's `ray start` went from 1.35 to 0.87 s (phase table), one idle Python less
+  runs for the job's life, and on 22.05 ready syndeo/bare went from 0.83 to **0.70**,
+  symmetric-run/syndeo from 2.42 to **2.60**, throughput 1.00 (CPU 0.99). On these 2
+  cores Ray's monitor, whose import now competes with the raylet's, starts about 0.2 s
+  later, and the ready waits for its next report (every 1 s): the last phase grew from
+  0.64 to 0.78 s. A/B on 22.05 (6 jobs each, agent start to ready): head's `ray start`
+  returned at 1.52-1.75 s without the change, 1.31-1.40 s with it; the last worker joined
+  at 2.55-2.83 s against 2.38-2.55 s.
 - **Ray's local socket connects** (commit 3fabd2f): each raylet's object manager connects
   to the object store that its own thread is opening, and when the socket does not listen
   yet Ray sleeps `raylet_client_connect_timeout_milliseconds` (1 s) before it tries
