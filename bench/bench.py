@@ -1323,6 +1323,12 @@ are the result. Benchmarks never fail CI.
   through squashfuse too (until 2026-11-27 they ran the directory the SIF was built from,
   with bubblewrap, and syndeo/bare was 1.14 there). So each ratio compares syndeo with
   the same interpreter, Ray and image, whatever Python the nodes have.
+- **The three sections above, 2026-11-27 11:30-12:00** (each `bench/run --reps 5
+  --no-mesh`, after the idle-dashboard, socket and SIF-peer changes below): ready
+  syndeo/bare **0.70** (22.05), **0.73** (24.11), **0.67** (26.05, SIF);
+  symmetric-run/syndeo **2.60**, **2.62**, 2.25; template/syndeo 8.96, 5.52, 4.02;
+  throughput 1.00, 0.99, 0.96; CPU per 1,000 tasks 0.99, 0.98, 1.07. The SIF's
+  throughput and CPU are the gap that stands (see "Where the throughput gap goes").
 - **Regenerated on 2026-11-27, after two fixes to syndeo's start** (the three sections
   above, this round's machine, an Intel Xeon with 2 cores, each `bench/run --reps 5
   --no-mesh`; the machine ran 10-20 % slower than in the earlier runs (05:30-06:00), both sides
@@ -1332,12 +1338,13 @@ are the result. Benchmarks never fail CI.
   0.93; CPU per 1,000 tasks 0.98, 0.98, 1.04.
 - **The Apptainer section, with the peers on the SIF** (2026-11-27, `bench/run --reps 5
   --no-mesh`, after the peers moved from the SIF's directory under bubblewrap to the SIF
-  itself under `apptainer exec`): at 11:40 ready syndeo/bare 0.72 (1.14 with the peers on
+  itself under `apptainer exec`): at 10:47 ready syndeo/bare 0.72 (1.14 with the peers on
   the directory), symmetric-run/syndeo 1.84 (1.48), template/syndeo 3.99 (2.85),
   throughput 0.95 (0.93), CPU per 1,000 tasks 1.11 (1.04); the bare `ray start` from the
-  SIF took 6.9-8.1 s against 5.3-6.4 s from the directory, syndeo's own 5.1-5.5 s. The
-  section above is the run at 12:05, after the socket fix below: 0.75, 1.85, 3.91, 0.95,
-  1.09, the same within the repetitions' spread.
+  SIF took 6.9-8.1 s against 5.3-6.4 s from the directory, syndeo's own 5.1-5.5 s. At
+  11:01, after the socket fix below: 0.75, 1.85, 3.91, 0.95, 1.09, the same within the
+  repetitions' spread; the section above is the run at 12:00, after the idle-dashboard
+  fix too.
 - **No idle dashboard on the head** (2026-11-27, the 22.05 section above, `bench/run
   --reps 5 --no-mesh` at 11:32): with `--include-dashboard false` (an image without
   `ray[default]`, or a site that turns the dashboard off) Ray's head still starts its
