@@ -236,6 +236,20 @@ mod tests {
         dir
     }
 
+    /// Stand-in packages of Ray's under `dir`: each of `packages` (for
+    /// example "ray/_private") made, with an empty `__init__.py` in it and in
+    /// each of its parents below `dir`.
+    fn stand_in_packages(dir: &Path, packages: &[&str]) {
+        for p in packages {
+            let mut at = dir.to_path_buf();
+            for part in p.split('/') {
+                at.push(part);
+                std::fs::create_dir_all(&at).unwrap();
+                std::fs::write(at.join("__init__.py"), "").unwrap();
+            }
+        }
+    }
+
     /// `python3 -B -c CODE` with `dir` on its module path: its stdout,
     /// trimmed, and its stderr.
     fn python_in(dir: &Path, code: &str) -> (String, String) {
@@ -265,9 +279,7 @@ mod tests {
     #[test]
     fn the_launcher_says_the_image_has_a_dashboard_only_when_rays_own_test_passes() {
         let dir = launcher_dir("dash");
-        std::fs::create_dir_all(dir.join("ray/_private")).unwrap();
-        std::fs::write(dir.join("ray/__init__.py"), "").unwrap();
-        std::fs::write(dir.join("ray/_private/__init__.py"), "").unwrap();
+        stand_in_packages(&dir, &["ray/_private"]);
         let answer = |error: &str| {
             let utils = format!("def get_dashboard_dependency_error():\n    return {error}\n");
             std::fs::write(dir.join("ray/_private/utils.py"), utils).unwrap();
@@ -304,14 +316,7 @@ print(launcher.active_nodes(json.dumps(v2)), launcher.active_nodes(json.dumps(v1
     #[test]
     fn the_launcher_calls_rays_own_wait_for_the_nodes_record_once_the_gcs_lists_it_alive() {
         let dir = launcher_dir("reg");
-        for d in ["ray/_private", "ray/core/generated"] {
-            std::fs::create_dir_all(dir.join(d)).unwrap();
-        }
-        for f in
-            ["ray/__init__.py", "ray/_private/__init__.py", "ray/core/__init__.py", "ray/core/generated/__init__.py"]
-        {
-            std::fs::write(dir.join(f), "").unwrap();
-        }
+        stand_in_packages(&dir, &["ray/_private", "ray/core/generated"]);
         std::fs::write(
             dir.join("ray/_private/services.py"),
             "log = []\ndef get_node(gcs_address, node_id):\n    log.append('ray')\n    return {'node_id': node_id}\n",
@@ -364,9 +369,7 @@ class GcsClient:
     #[test]
     fn with_the_dashboard_off_the_head_starts_no_idle_dashboard_process_but_an_on_dashboard_still_starts() {
         let dir = launcher_dir("idle-dash");
-        std::fs::create_dir_all(dir.join("ray/_private")).unwrap();
-        std::fs::write(dir.join("ray/__init__.py"), "").unwrap();
-        std::fs::write(dir.join("ray/_private/__init__.py"), "").unwrap();
+        stand_in_packages(&dir, &["ray/_private"]);
         std::fs::write(
             dir.join("ray/_private/services.py"),
             "def start_api_server(include_dashboard, raise_on_failure, host, **kw):\n    \

@@ -207,8 +207,8 @@ pub fn job_binds(spec: &JobSpec, cwd: &Path) -> Vec<Bind> {
 
 /// Ray's pause between tries at a node-local socket (raylet, object store),
 /// and how many tries: together Ray's own budget (10 tries, 1 s apart).
-pub const SOCKET_CONNECT_PAUSE_MS: u64 = 50;
-pub const SOCKET_CONNECT_ATTEMPTS: u64 = 200;
+const SOCKET_CONNECT_PAUSE_MS: u64 = 50;
+const SOCKET_CONNECT_ATTEMPTS: u64 = 200;
 
 /// Ray's container. Its environment is on the runtime's command line, which
 /// every user of the node can read: it holds no secret and no port. The auth
