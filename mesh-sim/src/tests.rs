@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::mpsc;
 
-use node_agent::agent::launcher::{Event, Launched, NoopLauncher, RayNode, SlurmJob};
+use node_agent::agent::launcher::{Event, Launched, NoopLauncher, RayNode, RayStart, SlurmJob};
 use node_agent::agent::ray::NodePorts;
 use node_agent::agent::ray_version::ImageRay;
 use node_agent::fault::Fault;
@@ -34,7 +34,7 @@ impl RayNode for ScriptedRay {
         async { Some(ImageRay::stand_in()) }.boxed()
     }
 
-    fn start<'a>(&'a mut self, _: &'a [String], _: &'a [(String, String)]) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a mut self, _: &'a RayStart) -> BoxFuture<'a, Result<(), String>> {
         let ev = if self.fail { Event::Failed("ray start failed (simulated)".into()) } else { Event::Started };
         async move { self.tx.send(ev).await.map_err(|e| e.to_string()) }.boxed()
     }

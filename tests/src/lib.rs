@@ -553,23 +553,42 @@ pub fn image_of_ray(version: &str, suite: &str) -> String {
     built_image(&["--ray", version, "--suite", suite])
 }
 
-/// The test image without Ray: a hard-linked copy (`cp -al`, no data copied)
-/// of the image directory with Ray's command and package removed; cached
-/// beside it.
-pub fn image_without_ray() -> String {
-    let image = built_image(&[]);
-    let noray = format!("{image}-noray");
-    if !Path::new(&format!("{noray}/.complete")).exists() {
-        let _ = std::fs::remove_dir_all(&noray);
-        let o = run(&["cp", "-al", &image, &noray]);
+/// A variant of `image`: a hard-linked copy (`cp -al`, no data copied) at
+/// `{image}-{suffix}`, changed by `alter` (given its path) once, and cached
+/// beside it (`.complete`). `alter` must replace files, never write into
+/// one: they are the image's own.
+pub fn linked_copy(image: &str, suffix: &str, alter: impl FnOnce(&str)) -> String {
+    let copy = format!("{image}-{suffix}");
+    if !Path::new(&format!("{copy}/.complete")).exists() {
+        let _ = std::fs::remove_dir_all(&copy);
+        let o = run(&["cp", "-al", image, &copy]);
         assert!(o.status.success(), "cp -al: {}", text(&o));
+        alter(&copy);
+        std::fs::write(format!("{copy}/.complete"), "").unwrap();
+    }
+    copy
+}
+
+/// The test image without Ray: its copy with Ray's command and package removed.
+pub fn image_without_ray() -> String {
+    linked_copy(&built_image(&[]), "noray", |noray| {
         for p in ["usr/local/bin/ray", "usr/local/lib/python3.11/dist-packages/ray"] {
             let o = run(&["rm", "-rf", &format!("{noray}/{p}")]);
             assert!(o.status.success(), "{}", text(&o));
         }
-        std::fs::write(format!("{noray}/.complete"), "").unwrap();
-    }
-    noray
+    })
+}
+
+/// The test image whose Ray dashboard agent starts `secs` seconds late, as
+/// on a loaded node or from a slow file system: its copy with a `.pth` file
+/// in Python's site directory that sleeps in that process alone.
+pub fn image_with_slow_dashboard_agent(secs: u32) -> String {
+    linked_copy(&built_image(&[]), &format!("slowagent{secs}"), |copy| {
+        let line = format!(
+            "import time; b'dashboard/agent.py' in open('/proc/self/cmdline', 'rb').read() and time.sleep({secs})\n"
+        );
+        std::fs::write(format!("{copy}/usr/local/lib/python3.11/dist-packages/syndeo_slow_agent.pth"), line).unwrap();
+    })
 }
 
 /// One of the attack scripts in tests/attacks/, written into `dir` for `user`.

@@ -118,6 +118,18 @@ fn ray_2_40_and_2_9_run_where_the_site_allows_it_and_the_job_is_warned_once() {
     }
 }
 
+/// From Ray 2.54 the raylet waits a fixed 15 s for the dashboard agent's
+/// listen-port file and aborts past it; on a loaded node, or from a slow
+/// file system, the agent takes longer. Here it starts 25 s late on every
+/// node: syndeo gives the raylet that port itself, so every node joins, the
+/// cluster is ready, and a task runs.
+#[test]
+#[ignore = "needs the minicluster (tests/run)"]
+fn a_dashboard_agent_slower_than_the_raylets_own_15_s_wait_still_gives_a_working_cluster() {
+    let image = image_with_slow_dashboard_agent(25);
+    assert_authenticated_cluster(&image, "2.60.0", "3.11", "slow-agent");
+}
+
 /// A driver run on the host (plain `srun python3`) in a job whose cluster
 /// runs Ray 2.52.1 on Python 3.11: the host's Python without Ray, and with
 /// another Ray (a stand-in package whose `_version.py` says 2.60.0: the

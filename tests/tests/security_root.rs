@@ -392,14 +392,8 @@ fn the_users_other_processes_can_neither_read_nor_take_the_descriptors_of_syndeo
 #[ignore = "needs the minicluster (tests/run)"]
 fn a_sandbox_image_with_a_directory_every_user_can_write_is_refused_naming_it() {
     let image = built_image(&[]);
-    let open = format!("{image}-openwrite");
+    let open = linked_copy(&image, "openwrite", |_| {});
     let inside = "/usr/local/lib/python3.11/dist-packages";
-    if !Path::new(&format!("{open}/.complete")).exists() {
-        let _ = std::fs::remove_dir_all(&open);
-        let o = run(&["cp", "-al", &image, &open]);
-        assert!(o.status.success(), "cp -al: {}", text(&o));
-        std::fs::write(format!("{open}/.complete"), "").unwrap();
-    }
     // A directory of the copy (cp -al links files, not directories).
     assert!(run(&["chmod", "0777", &format!("{open}{inside}")]).status.success());
     let dir = workdir(user_a(), "open-image");

@@ -15,7 +15,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use super::launcher::{parse_event, parse_ready, parse_sees, Event, Launched, Launcher, RayNode, SlurmJob};
+use super::launcher::{parse_event, parse_ready, parse_sees, Event, Launched, Launcher, RayNode, RayStart, SlurmJob};
 use super::ports;
 use super::ray::{self, NodePorts};
 use super::ray_version::ImageRay;
@@ -159,13 +159,10 @@ impl RayNode for RayProcess {
     }
 
     /// Hands the launcher the `ray start` arguments and Ray's environment.
-    fn start<'a>(&'a mut self, args: &'a [String], env: &'a [(String, String)]) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a mut self, how: &'a RayStart) -> BoxFuture<'a, Result<(), String>> {
         async move {
-            let env: serde_json::Map<String, serde_json::Value> =
-                env.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
-            let line = serde_json::json!({ "args": args, "env": env }).to_string() + "\n";
             let stdin = self.stdin.as_mut().ok_or("the launcher's stdin is closed")?;
-            stdin.write_all(line.as_bytes()).await.map_err(|e| e.to_string())?;
+            stdin.write_all(how.line().as_bytes()).await.map_err(|e| e.to_string())?;
             stdin.flush().await.map_err(|e| e.to_string())
         }
         .boxed()
@@ -395,5 +392,68 @@ print(services.start_api_server(False, False, "h", port=1), services.start_api_s
         assert_eq!(off, "(None, None) ('url', 'started True')");
         assert_eq!(on, "('url', 'started False') ('url', 'started True')");
         assert_eq!(worker, on);
+    }
+
+    /// `raylet_told` in the launcher, run by a real Python against stand-ins
+    /// of Ray's `services.start_ray_process` and its process types: the
+    /// raylet's command gets the agent's words once (not again if Ray
+    /// already passes them); every other process's command, and every
+    /// command when there are no words, is Ray's own.
+    #[test]
+    fn the_raylets_command_gets_the_agents_raylet_args_once_and_no_other_process_does() {
+        let dir = launcher_dir("raylet-args");
+        stand_in_packages(&dir, &["ray/_private"]);
+        std::fs::write(dir.join("ray/_private/ray_constants.py"), "PROCESS_TYPE_RAYLET = 'raylet'\n").unwrap();
+        std::fs::write(
+            dir.join("ray/_private/services.py"),
+            "def start_ray_process(command, process_type, fate_share, env_updates=None):\n    \
+             return (process_type, command)\n",
+        )
+        .unwrap();
+        let commands = |extra: &str| {
+            let code = format!(
+                r#"
+import launcher
+import ray._private.services as s
+launcher.raylet_told({extra})
+print(s.start_ray_process(["raylet", "--x=1"], "raylet", True),
+      s.start_ray_process(["raylet", "--p=7"], "raylet", True, env_updates={{}}),
+      s.start_ray_process(["gcs_server"], "gcs_server", True))
+"#
+            );
+            let (out, err) = python_in(&dir, &code);
+            out + &err
+        };
+        let told = commands(r#"["--p=7"]"#);
+        let untold = commands("[]");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            told,
+            "('raylet', ['raylet', '--x=1', '--p=7']) ('raylet', ['raylet', '--p=7']) ('gcs_server', ['gcs_server'])"
+        );
+        assert_eq!(
+            untold,
+            "('raylet', ['raylet', '--x=1']) ('raylet', ['raylet', '--p=7']) ('gcs_server', ['gcs_server'])"
+        );
+    }
+
+    /// The one line the agent writes to the launcher carries the three
+    /// fields `launcher.py`'s `main` reads, by those names.
+    #[test]
+    fn the_start_line_is_one_json_line_with_the_fields_the_launcher_reads() {
+        let how = RayStart {
+            args: vec!["--head".into()],
+            raylet_args: vec!["--dashboard_agent_listen_port=5".into()],
+            env: [("RAY_AUTH_TOKEN".to_string(), "t".to_string())].into(),
+        };
+        let line = how.line();
+        assert!(line.ends_with('\n') && line.matches('\n').count() == 1);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["args"][0], "--head");
+        assert_eq!(v["raylet_args"][0], "--dashboard_agent_listen_port=5");
+        assert_eq!(v["env"]["RAY_AUTH_TOKEN"], "t");
+        for field in [r#"msg["args"]"#, r#"msg.get("raylet_args""#, r#"msg.get("env""#] {
+            assert!(LAUNCHER_SCRIPT.contains(field), "{field}");
+        }
     }
 }

@@ -15,8 +15,10 @@ which is the node's ray.log):
   SYNDEO_RAY_DIED                this node's raylet ended while the job ran
   SYNDEO_RAY_SEES <n>            (head, when asked) Ray's own status lists n nodes active
   SYNDEO_RAY_SEES_LATE <message> (head, when asked) it did not within the limit; why
-stdin: one JSON line {"args": [...], "env": {...}} with the `ray start` arguments
-and the secrets (the auth token), which never appear on a command line; then,
+stdin: one JSON line {"args": [...], "raylet_args": [...], "env": {...}} (the
+agent's `RayStart`) with the `ray start` arguments, what the raylet's own
+command line gets besides, and the secrets (the auth token), which never
+appear on a command line; then,
 on the head, {"expect": n, "gcs": "ip:port", "limit": s} when the agents
 count n nodes joined; end of stdin means "stop": every process of this
 namespace gets SIGTERM, then SIGKILL.
@@ -253,6 +255,32 @@ def registration_polled():
     services.get_node = get_node
 
 
+def raylet_told(extra):
+    """`extra` (from the agent's `ray_version::raylet_args`) added to the
+    raylet's command line, which `ray start` builds: from Ray 2.54 the
+    dashboard agent's listen port, which `ray start` does not pass though
+    syndeo chose it, so that the raylet does not wait for the agent to
+    write it to a file (a fixed 15 s, then the raylet aborts). Only where
+    this Ray has `services.start_ray_process(command, process_type, ...)`."""
+    if not extra:
+        return
+    try:
+        import ray._private.services as services
+        from ray._private.ray_constants import PROCESS_TYPE_RAYLET
+    except Exception:
+        return
+    start = getattr(services, "start_ray_process", None)
+    if start is None:
+        return
+
+    def start_ray_process(command, process_type, *rest, **kw):
+        if process_type == PROCESS_TYPE_RAYLET:
+            command = list(command) + [a for a in extra if a not in command]
+        return start(command, process_type, *rest, **kw)
+
+    services.start_ray_process = start_ray_process
+
+
 def idle_dashboard_skipped(args):
     """With `--include-dashboard false`, Ray's head still starts its
     dashboard process, loading only the usage-stats module (syndeo turns
@@ -354,6 +382,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: stop_all(0))
     wait_for_head(args, 120)
     registration_polled()
+    raylet_told(msg.get("raylet_args", []))
     idle_dashboard_skipped(args)
     err = ray_start(cli, args)
     sys.stdout.flush()

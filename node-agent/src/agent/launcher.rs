@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::ray::NodePorts;
@@ -32,6 +33,26 @@ pub enum Event {
     Exited,
 }
 
+/// What the launcher in the container is told, once, to start this node's
+/// Ray: one JSON line on its stdin (`launcher.py`, `main`), which never
+/// reaches a command line of its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RayStart {
+    /// `ray start`'s arguments.
+    pub args: Vec<String>,
+    /// Added to the raylet's command line (`ray_version::raylet_args`).
+    pub raylet_args: Vec<String>,
+    /// Added to Ray's environment: the auth token, the ports' variables.
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl RayStart {
+    /// The line the launcher reads.
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).expect("strings serialize") + "\n"
+    }
+}
+
 /// This node's Ray, once launched: it says what the image's Ray is once it
 /// loaded, takes the `ray start` arguments once, and stops (gracefully, then
 /// by force after `grace`).
@@ -39,9 +60,8 @@ pub trait RayNode: Send {
     /// What the image's Ray is, once the launcher loaded it; None if the
     /// container ended first (its events tell why).
     fn loaded(&mut self) -> BoxFuture<'_, Option<ImageRay>>;
-    /// `ray start ARGS` with `env` (the auth token, the ports' variables)
-    /// added to Ray's environment; `env` never reaches a command line.
-    fn start<'a>(&'a mut self, args: &'a [String], env: &'a [(String, String)]) -> BoxFuture<'a, Result<(), String>>;
+    /// `ray start` as `how` says.
+    fn start<'a>(&'a mut self, how: &'a RayStart) -> BoxFuture<'a, Result<(), String>>;
     /// Head: waits (at most `limit`) until Ray's own status, read from the
     /// GCS at `gcs`, lists `nodes` nodes active; how many it listed, or why
     /// not. Stand-ins have no status to wait for.
@@ -96,7 +116,7 @@ impl RayNode for NoopRay {
         async { Some(ImageRay::stand_in()) }.boxed()
     }
 
-    fn start<'a>(&'a mut self, _: &'a [String], _: &'a [(String, String)]) -> BoxFuture<'a, Result<(), String>> {
+    fn start<'a>(&'a mut self, _: &'a RayStart) -> BoxFuture<'a, Result<(), String>> {
         async move { self.0.send(Event::Started).await.map_err(|_| "the no-op launcher is gone".to_string()) }.boxed()
     }
 

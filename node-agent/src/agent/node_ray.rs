@@ -9,7 +9,7 @@ use tracing::warn;
 
 use std::sync::atomic::Ordering;
 
-use super::launcher::{Event, Launched};
+use super::launcher::{Event, Launched, RayStart};
 use super::state::{Role, Shared};
 use super::{driver_hook, metrics_sd, ray, ray_version};
 use crate::fault::Fault;
@@ -125,7 +125,9 @@ pub async fn start_ray(shared: &Shared, ip: IpAddr, args: &[String], ports: &ray
     let mut env = ports.env();
     env.push(("RAY_AUTH_TOKEN".into(), token));
     env.extend(shared.spec.config.metrics_env());
-    node.start(&args, &env).await.map_err(|e| {
+    let raylet_args = ray_version::raylet_args(&found, ports.dashboard_agent);
+    let how = RayStart { args, raylet_args, env: env.into_iter().collect() };
+    node.start(&how).await.map_err(|e| {
         Fault::node(format!("the Ray container on {} did not take its arguments: {e}", shared.spec.node))
     })?;
     publish_metrics(shared, SocketAddr::new(ip, ports.metrics_export), &found);

@@ -18,6 +18,16 @@
 //! the first with label selectors and `--labels k=v,...`. Before it, `ray
 //! start` has a hidden `--labels` that takes JSON and no task or actor can
 //! select on it: syndeo passes no labels, and the job's stderr says so once.
+//!
+//! The raylet's own command line (`raylet_args`): from Ray 2.54 the raylet,
+//! before it registers, waits for the dashboard agent to write its listen
+//! port to a file in the session dir, a fixed 15 s, and aborts past it;
+//! Ray's `ray start` does not hand it the port even when it is chosen, as
+//! syndeo chooses it. Under load, or from a compressed SIF, the agent's
+//! Python start can take longer (`ray start` then fails "timed out during
+//! startup"), and while it lasts the node is not in the cluster. The same
+//! Ray's raylet takes `--dashboard_agent_listen_port`: given it, the raylet
+//! neither waits nor aborts. Before 2.54 there is neither wait nor option.
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -32,6 +42,10 @@ pub const PINNED_PORTS: Version = Version(2, 7, 1);
 
 /// The first Ray with label selectors, whose `ray start --labels` takes `k=v,...`.
 pub const NODE_LABELS: Version = Version(2, 49, 0);
+
+/// The first Ray whose raylet waits for the dashboard agent's listen port
+/// and takes it as `--dashboard_agent_listen_port` (module comment).
+pub const RAYLET_TAKES_AGENT_PORT: Version = Version(2, 54, 0);
 
 /// A release number, major.minor.patch (suffixes such as `.dev0` or `rc1` ignored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -156,6 +170,18 @@ pub fn labels_note(found: &ImageRay, image: &str) -> Option<String> {
     })
 }
 
+/// What the image's raylet gets on its own command line, beside what Ray's
+/// `ray start` gives it: the dashboard agent's (held) listen port, from
+/// [`RAYLET_TAKES_AGENT_PORT`] on; nothing before.
+pub fn raylet_args(found: &ImageRay, dashboard_agent_port: u16) -> Vec<String> {
+    match Version::parse(&found.ray) {
+        Some(v) if v >= RAYLET_TAKES_AGENT_PORT => {
+            vec![format!("--dashboard_agent_listen_port={dashboard_agent_port}")]
+        }
+        _ => vec![],
+    }
+}
+
 /// `args` fitted to the image's `ray start`: unknown optional options are
 /// dropped with their values; an unknown necessary one refuses the image.
 /// `--labels` goes for a Ray before [`NODE_LABELS`] (another format there).
@@ -252,6 +278,15 @@ mod tests {
         let mut without_flag = ray("2.60.0");
         without_flag.flags = Some(["--temp-dir"].map(String::from).into_iter().collect());
         assert_eq!(fit_args(&args, &without_flag, "/img").unwrap(), ["--temp-dir", "/t"]);
+    }
+
+    #[test]
+    fn the_raylet_is_told_the_agents_port_from_ray_2_54_on_and_older_raylets_get_nothing() {
+        assert_eq!(raylet_args(&ray("2.60.0"), 41234), ["--dashboard_agent_listen_port=41234"]);
+        assert_eq!(raylet_args(&ray("2.54.0rc1"), 7), ["--dashboard_agent_listen_port=7"]);
+        for old in ["2.53.0", "2.52.1", "2.9.3", "unknown"] {
+            assert!(raylet_args(&ray(old), 41234).is_empty(), "{old}");
+        }
     }
 
     #[test]
