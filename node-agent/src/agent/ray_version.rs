@@ -28,6 +28,7 @@
 //! startup"), and while it lasts the node is not in the cluster. The same
 //! Ray's raylet takes `--dashboard_agent_listen_port`: given it, the raylet
 //! neither waits nor aborts. Before 2.54 there is neither wait nor option.
+//! Given only where the port is held for the agent (the preload library).
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -171,11 +172,14 @@ pub fn labels_note(found: &ImageRay, image: &str) -> Option<String> {
 }
 
 /// What the image's raylet gets on its own command line, beside what Ray's
-/// `ray start` gives it: the dashboard agent's (held) listen port, from
-/// [`RAYLET_TAKES_AGENT_PORT`] on; nothing before.
+/// `ray start` gives it: the dashboard agent's listen port, from
+/// [`RAYLET_TAKES_AGENT_PORT`] on; nothing before. Only when the port is
+/// held for the agent (syndeo's preload library loaded): a port left free
+/// between its pick and the agent's bind may be another user's by then, and
+/// the raylet would publish it to the cluster as its agent's.
 pub fn raylet_args(found: &ImageRay, dashboard_agent_port: u16) -> Vec<String> {
     match Version::parse(&found.ray) {
-        Some(v) if v >= RAYLET_TAKES_AGENT_PORT => {
+        Some(v) if v >= RAYLET_TAKES_AGENT_PORT && found.preload == Some(true) => {
             vec![format!("--dashboard_agent_listen_port={dashboard_agent_port}")]
         }
         _ => vec![],
@@ -281,11 +285,16 @@ mod tests {
     }
 
     #[test]
-    fn the_raylet_is_told_the_agents_port_from_ray_2_54_on_and_older_raylets_get_nothing() {
-        assert_eq!(raylet_args(&ray("2.60.0"), 41234), ["--dashboard_agent_listen_port=41234"]);
-        assert_eq!(raylet_args(&ray("2.54.0rc1"), 7), ["--dashboard_agent_listen_port=7"]);
+    fn the_raylet_is_told_the_agents_held_port_from_ray_2_54_on_and_older_raylets_or_unheld_ports_get_nothing() {
+        let held = |v: &str| ImageRay { preload: Some(true), ..ray(v) };
+        assert_eq!(raylet_args(&held("2.60.0"), 41234), ["--dashboard_agent_listen_port=41234"]);
+        assert_eq!(raylet_args(&held("2.54.0rc1"), 7), ["--dashboard_agent_listen_port=7"]);
         for old in ["2.53.0", "2.52.1", "2.9.3", "unknown"] {
-            assert!(raylet_args(&ray(old), 41234).is_empty(), "{old}");
+            assert!(raylet_args(&held(old), 41234).is_empty(), "{old}");
+        }
+        for preload in [Some(false), None] {
+            let unheld = ImageRay { preload, ..ray("2.60.0") };
+            assert!(raylet_args(&unheld, 41234).is_empty(), "{preload:?}");
         }
     }
 
