@@ -437,6 +437,78 @@ print(s.start_ray_process(["raylet", "--x=1"], "raylet", True),
         );
     }
 
+    /// `agents_up` in the launcher, run by a real Python against stand-ins
+    /// of Ray's `start_ray_process` and `_raylet`'s port-file names: once
+    /// the raylet was told its agent's port, the launcher waits until both
+    /// agents' port files are in the raylet's session dir (the one on the
+    /// raylet's command line), not past its limit, and not while the raylet
+    /// is gone; with the raylet untold it does not wait at all.
+    #[test]
+    fn a_told_raylets_node_starts_only_once_its_agents_wrote_their_ports_within_the_limit() {
+        let dir = launcher_dir("agents-up");
+        stand_in_packages(&dir, &["ray/_private"]);
+        std::fs::write(dir.join("ray/_private/ray_constants.py"), "PROCESS_TYPE_RAYLET = 'raylet'\n").unwrap();
+        std::fs::write(
+            dir.join("ray/_private/services.py"),
+            "def start_ray_process(command, process_type, fate_share):\n    return None\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("ray/_raylet.py"),
+            "DASHBOARD_AGENT_LISTEN_PORT_NAME = 'dash'\nRUNTIME_ENV_AGENT_PORT_NAME = 'renv'\n\
+             def get_port_filename(node_id, name):\n    return f'{name}_{node_id}'\n",
+        )
+        .unwrap();
+        // Each case: what the raylet is told, which files its agents write
+        // (at the 6th poll), whether the raylet lives. On a stand-in clock
+        // that each 50 ms poll moves on: prints the polls and the time
+        // waited, in tenths of a second.
+        let waited = |extra: &str, files: &str, alive: &str| {
+            let session = dir.join(format!("session-{}", files.len() + extra.len() + alive.len()));
+            std::fs::create_dir_all(&session).unwrap();
+            let code = format!(
+                r#"
+import os, launcher
+import ray._private.services as s
+class Clock:
+    now = 0.0
+    def time(self):
+        return self.now
+clock = Clock()
+launcher.time = clock
+launcher.raylet_told({extra})
+launcher.raylet_alive = lambda: {alive}
+polls = 0
+def poll(t):
+    global polls
+    polls += 1
+    clock.now += t
+    if polls == 6:
+        for name in {files}:
+            open(os.path.join("{session}", name + "_ab12"), "w").close()
+launcher.stop_on_eof = poll
+s.start_ray_process(["raylet", "--node_id=ab12", "--session_dir={session}"], "raylet", True)
+launcher.agents_up(1.5)
+print(polls, round(clock.now * 10))
+"#,
+                session = session.display()
+            );
+            let (out, err) = python_in(&dir, &code);
+            let _ = std::fs::remove_dir_all(&session);
+            assert!(err.is_empty(), "{err}");
+            out
+        };
+        let both = waited(r#"["--p=7"]"#, r#"["dash", "renv"]"#, "True");
+        let one = waited(r#"["--p=7"]"#, r#"["dash"]"#, "True");
+        let raylet_gone = waited(r#"["--p=7"]"#, "[]", "False");
+        let untold = waited("[]", r#"["dash", "renv"]"#, "True");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(both, "6 3", "both files written at the 6th poll: the wait ends there");
+        assert!(one.ends_with(" 15"), "one agent's file missing: the wait ends at the 1.5 s limit ({one})");
+        assert_eq!(raylet_gone, "0 0", "no raylet: no wait");
+        assert_eq!(untold, "0 0", "raylet untold: no wait");
+    }
+
     /// The one line the agent writes to the launcher carries the three
     /// fields `launcher.py`'s `main` reads, by those names.
     #[test]

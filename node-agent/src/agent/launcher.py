@@ -11,6 +11,8 @@ which is the node's ray.log):
                                  (null: the agent named none),
                                  "dashboard": whether Ray's dashboard is installed}
   SYNDEO_RAY_STARTED             `ray start` returned: this node joined the cluster
+                                 (and, where the raylet was told its dashboard agent's
+                                 port, this node's Ray agents are up: agents_up)
   SYNDEO_RAY_FAILED <message>    Ray could not start; the message says why
   SYNDEO_RAY_DIED                this node's raylet ended while the job ran
   SYNDEO_RAY_SEES <n>            (head, when asked) Ray's own status lists n nodes active
@@ -33,6 +35,9 @@ import time
 
 # Set by main(): the protocol channel, a private copy of stdout.
 PROTO = None
+# Set by raylet_told when it changed the raylet's command: the raylet's
+# "node_id" and "session_dir", from that command.
+RAYLET = {}
 
 
 def say(*words):
@@ -276,9 +281,39 @@ def raylet_told(extra):
     def start_ray_process(command, process_type, *rest, **kw):
         if process_type == PROCESS_TYPE_RAYLET:
             command = list(command) + [a for a in extra if a not in command]
+            for a in command:
+                for key in ("node_id", "session_dir"):
+                    if a.startswith(f"--{key}="):
+                        RAYLET[key] = a.split("=", 1)[1]
         return start(command, process_type, *rest, **kw)
 
     services.start_ray_process = start_ray_process
+
+
+def agents_up(limit):
+    """Where raylet_told spared the raylet its wait for the dashboard agent,
+    the node joins the cluster as soon as its raylet registers, while its
+    agents (the dashboard agent, the runtime env agent: Python processes the
+    raylet started) are still starting. They serve the job API, logs and
+    runtime envs, and on a busy node their start-up delays the job's first
+    workers there. So this node says it started only once each agent wrote
+    its port to the session dir (Ray's own files, the one the raylet waited
+    for among them), polled every 50 ms, as long as the raylet lives and at
+    most `limit` s; past it the node goes on without them, where the
+    raylet would have aborted. Only where this Ray names those files
+    (ray._raylet's get_port_filename)."""
+    if "node_id" not in RAYLET or "session_dir" not in RAYLET:
+        return
+    try:
+        import ray._raylet as raylet
+        names = [getattr(raylet, n) for n in ("DASHBOARD_AGENT_LISTEN_PORT_NAME", "RUNTIME_ENV_AGENT_PORT_NAME")
+                 if hasattr(raylet, n)]
+        paths = [os.path.join(RAYLET["session_dir"], raylet.get_port_filename(RAYLET["node_id"], n)) for n in names]
+    except Exception:
+        return
+    end = time.time() + limit
+    while time.time() < end and not all(os.path.exists(p) for p in paths) and raylet_alive():
+        stop_on_eof(0.05)
 
 
 def idle_dashboard_skipped(args):
@@ -389,6 +424,7 @@ def main():
     if err:
         say("SYNDEO_RAY_FAILED", err)
         stop_all(4)
+    agents_up(60)
     say("SYNDEO_RAY_STARTED")
     watch_raylet()
 
