@@ -596,10 +596,12 @@ def bare_cluster(root, jid=None):
                 "--min-worker-port", "0", "--max-worker-port", "0", "--disable-usage-stats"]
 
     def wait_started(p):
+        said = []
         for line in p.stdout:
             if "Ray runtime started" in line:
                 return
-        raise SystemExit("bare ray start failed")
+            said = (said + [line.rstrip()])[-15:]
+        raise SystemExit("bare ray start failed; its last lines:\n" + "\n".join(said))
 
     def start(node, argv):
         return as_user_in(node, argv, env(node)) if jid is None else as_step(jid, node, argv, env(node))
@@ -1323,6 +1325,37 @@ are the result. Benchmarks never fail CI.
   through squashfuse too (until 2026-11-27 they ran the directory the SIF was built from,
   with bubblewrap, and syndeo/bare was 1.14 there). So each ratio compares syndeo with
   the same interpreter, Ray and image, whatever Python the nodes have.
+- **The three sections above, 2026-11-27 22:00-22:40** (each `bench/run --reps 5
+  --no-mesh`), after a node counts as started only once its agents are up (the
+  launcher's `agents_up`: with Ray 2.54 and later the raylet is told its dashboard agent's
+  port and registers at once; the launcher then waits for the node's dashboard and
+  runtime env agents to write their ports, as Ray's own raylet waits before it
+  registers, but with no abort). The peers' nodes join only with their agents up, so
+  this is the like-for-like figure; the 18:00 runs below counted syndeo's nodes joined
+  while their agents still started, and their first tasks then competed with those
+  agents. Ready syndeo/bare **0.59** (22.05; 3.22 s), **0.61** (24.11; 3.49 s),
+  **0.62** (26.05, SIF; 4.94 s); symmetric-run/syndeo **3.01**, **3.04**, 2.13;
+  template/syndeo 9.46, 5.83, 4.27; with `ray[default]` 1.87, 1.76, 1.21 of the plain
+  image (its dashboard agent loads every module before it writes its port). The head's
+  `ray start` with its agents: 2.33 s (22.05), 2.64 s (24.11), 2.86 s (SIF): all three
+  nodes' agents now start at once on the 2 cores. Teardown of a job that ends at ready
+  is back to 0.3 s a node on 22.05 (its agents are up). Throughput 0.97, 0.98, 0.96;
+  CPU per 1,000 tasks 0.98, 0.99, 1.06.
+- **The sections above as they were at 2026-11-27 18:00-18:40** (each `bench/run --reps 5
+  --no-mesh`), after the raylet stopped waiting for its dashboard agent (Ray 2.54 and
+  later: syndeo gives the raylet the agent's listen port, `ray_version::raylet_args`;
+  before, each raylet waited for the agent's Python to start and write that port to a
+  file, on the path of every `ray start`): ready syndeo/bare **0.45** (22.05), **0.49**
+  (24.11), **0.53** (26.05, SIF), before 0.70, 0.73, 0.67; symmetric-run/syndeo **3.80**,
+  **3.85**, **2.63** (before 2.60, 2.62, 2.25); template/syndeo 13.17, 9.05, 5.15; the
+  head's `ray start` 0.87 -> 0.35 s (22.05), 1.62 -> 0.78 s (SIF); with `ray[default]`
+  the SIF's start is 1.01 of the plain image's (was 1.24). Throughput 0.99, 0.99, 0.97;
+  CPU per 1,000 tasks 0.98, 0.98, 1.08: the SIF's throughput and CPU are still the gap
+  (see "Where the throughput gap goes"). Those ready times counted a node as joined
+  while its agents were still starting, which the peers' nodes (whose raylets wait for
+  their agents) are not: see the next bullet up. A job that ended at ready then found its
+  agents still starting: on bubblewrap they outlasted the launcher's 1 s SIGTERM grace,
+  and the node's teardown was 1.3 s (0.3 once the agents are up).
 - **The three sections above, 2026-11-27 11:30-12:00** (each `bench/run --reps 5
   --no-mesh`, after the idle-dashboard, socket and SIF-peer changes below): ready
   syndeo/bare **0.70** (22.05), **0.73** (24.11), **0.67** (26.05, SIF);
