@@ -247,6 +247,20 @@ mod tests {
         }
     }
 
+    /// Stand-ins under `dir` of Ray's `services.start_ray_process` (it
+    /// answers `(process_type, command)`) and of the raylet's process type,
+    /// which the launcher's `raylet_told` wraps.
+    fn stand_in_start_ray_process(dir: &Path) {
+        stand_in_packages(dir, &["ray/_private"]);
+        std::fs::write(dir.join("ray/_private/ray_constants.py"), "PROCESS_TYPE_RAYLET = 'raylet'\n").unwrap();
+        std::fs::write(
+            dir.join("ray/_private/services.py"),
+            "def start_ray_process(command, process_type, fate_share, env_updates=None):\n    \
+             return (process_type, command)\n",
+        )
+        .unwrap();
+    }
+
     /// `python3 -B -c CODE` with `dir` on its module path: its stdout,
     /// trimmed, and its stderr.
     fn python_in(dir: &Path, code: &str) -> (String, String) {
@@ -402,14 +416,7 @@ print(services.start_api_server(False, False, "h", port=1), services.start_api_s
     #[test]
     fn the_raylets_command_gets_the_agents_raylet_args_once_and_no_other_process_does() {
         let dir = launcher_dir("raylet-args");
-        stand_in_packages(&dir, &["ray/_private"]);
-        std::fs::write(dir.join("ray/_private/ray_constants.py"), "PROCESS_TYPE_RAYLET = 'raylet'\n").unwrap();
-        std::fs::write(
-            dir.join("ray/_private/services.py"),
-            "def start_ray_process(command, process_type, fate_share, env_updates=None):\n    \
-             return (process_type, command)\n",
-        )
-        .unwrap();
+        stand_in_start_ray_process(&dir);
         let commands = |extra: &str| {
             let code = format!(
                 r#"
@@ -446,13 +453,7 @@ print(s.start_ray_process(["raylet", "--x=1"], "raylet", True),
     #[test]
     fn a_told_raylets_node_starts_only_once_its_agents_wrote_their_ports_within_the_limit() {
         let dir = launcher_dir("agents-up");
-        stand_in_packages(&dir, &["ray/_private"]);
-        std::fs::write(dir.join("ray/_private/ray_constants.py"), "PROCESS_TYPE_RAYLET = 'raylet'\n").unwrap();
-        std::fs::write(
-            dir.join("ray/_private/services.py"),
-            "def start_ray_process(command, process_type, fate_share):\n    return None\n",
-        )
-        .unwrap();
+        stand_in_start_ray_process(&dir);
         std::fs::write(
             dir.join("ray/_raylet.py"),
             "DASHBOARD_AGENT_LISTEN_PORT_NAME = 'dash'\nRUNTIME_ENV_AGENT_PORT_NAME = 'renv'\n\
