@@ -1,7 +1,8 @@
 //! Helpers of the package tests (package_floor, package_rpm, package_deb),
 //! which need no minicluster: build the deb and the RPM with packaging/build,
 //! open them, and install them into throwaway roots. A throwaway root is an
-//! overlay over a cached Debian root (tests/cluster/roots), mounted afresh in
+//! overlay over a pristine copy of a cached Debian root (tests/cluster/roots
+//! pristine, which no minicluster installs into), mounted afresh in
 //! a private mount namespace for each command: the cached root never
 //! changes, and nothing stays mounted. Needs root.
 use std::path::{Path, PathBuf};
@@ -21,6 +22,19 @@ pub struct Packages {
 pub fn debian_root(name: &str) -> PathBuf {
     let o = Command::new(repo().join("tests/cluster/roots")).args(["path", name]).output().unwrap();
     assert!(o.status.success(), "roots path {name}: {}", text(&o));
+    PathBuf::from(String::from_utf8_lossy(&o.stdout).lines().last().expect("a root path").trim())
+}
+
+/// `tests/cluster/roots pristine NAME`: the copy of a release's cached root
+/// (or bullseye's) that no minicluster installs into, built when missing: the
+/// lower layer of a [`ScratchRoot`]. A minicluster of the same release, which
+/// may run beside the package tests, installs syndeo into the root itself
+/// (and its packaging test the deb), and an overlay shows its lower layer's
+/// changes: a config file that appeared there after [`ScratchRoot`]'s first
+/// command made dpkg ask whether to keep it.
+pub fn pristine_root(name: &str) -> PathBuf {
+    let o = Command::new(repo().join("tests/cluster/roots")).args(["pristine", name]).output().unwrap();
+    assert!(o.status.success(), "roots pristine {name}: {}", text(&o));
     PathBuf::from(String::from_utf8_lossy(&o.stdout).lines().last().expect("a root path").trim())
 }
 

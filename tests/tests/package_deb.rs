@@ -19,10 +19,11 @@ fn status(root: &ScratchRoot) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A throwaway root over release `rel`'s, without what the minicluster's
-/// dev install (or an earlier package test) put there: as a fresh node.
+/// A throwaway root over release `rel`'s pristine copy, without what a
+/// minicluster's dev install had put in the root before that copy was made
+/// (a root cached before pristine copies existed): as a fresh node.
 fn fresh_root(rel: &str, binds: &[&str]) -> ScratchRoot {
-    let root = ScratchRoot::over(&debian_root(rel), binds);
+    let root = ScratchRoot::over(&pristine_root(rel), binds);
     root.ok(&["dpkg", "--purge", "syndeo"]);
     root.ok(&[
         "rm",
@@ -108,4 +109,20 @@ fn a_deb_for_another_slurm_release_is_refused_by_dpkg_naming_both_releases() {
     assert!(out.contains("slurm22.05") && out.contains("24.11"), "the refusal names both releases: {out}");
     // Refused before unpacking: neither the plugin nor its plugstack line.
     assert!(!root.exists(PLUGSTACK) && !root.exists("/usr/lib/x86_64-linux-gnu/slurm-wlm/syndeo.so"), "{out}");
+}
+
+#[test]
+#[ignore = "root: the 24.11 root and its pristine copy (tests/run --packages)"]
+fn a_file_put_into_a_releases_root_during_a_package_test_does_not_show_in_its_throwaway_root() {
+    // A minicluster of 24.11 beside the package tests installs syndeo into
+    // the release's root: on a fresh machine, its syndeo.toml appeared in the
+    // deb test's root between two of its commands, and dpkg asked about it.
+    let root = fresh_root("24.11", &[]);
+    let probe = format!("/etc/syndeo-probe-{}", std::process::id());
+    assert!(!root.exists(&probe), "{probe} is already in the throwaway root");
+    let in_release_root = debian_root("24.11").join(probe.trim_start_matches('/'));
+    std::fs::write(&in_release_root, "as a minicluster's install\n").unwrap();
+    let seen = root.exists(&probe);
+    std::fs::remove_file(&in_release_root).unwrap();
+    assert!(!seen, "{probe}, put into the 24.11 root, shows in a package test's throwaway root");
 }

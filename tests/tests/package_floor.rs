@@ -93,7 +93,7 @@ fn every_elf_of_each_release_s_x86_64_and_aarch64_deb_and_rpm_needs_at_most_glib
 #[ignore = "root, minutes: builds the x86_64 packages and a Debian 11 root (tests/run --packages)"]
 fn the_x86_64_agent_runs_its_version_and_check_and_the_preload_loads_in_debian_11() {
     let p = build_packages("x86_64", "22.05", None, None);
-    let bullseye = debian_root("bullseye");
+    let bullseye = pristine_root("bullseye");
     let glibc = text(&run(&["sh", "-c", &format!("ls {}/lib/x86_64-linux-gnu/libc-2.*.so", bullseye.display())]));
     assert!(glibc.contains("libc-2.31.so"), "the bullseye root's glibc: {glibc}");
     let dir = scratch_dir("bullseye-bin");

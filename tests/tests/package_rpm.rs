@@ -64,7 +64,7 @@ fn stubs(dir: &Path, syndeo_rpm: &str, slurm_version: &str) -> (String, String) 
 
 /// The Debian 11 root with rpm, an empty rpm database, and the stubs installed.
 fn rpm_root(binds: &[&str], stubs: &(String, String)) -> ScratchRoot {
-    let root = ScratchRoot::over(&debian_root("bullseye"), binds);
+    let root = ScratchRoot::over(&pristine_root("bullseye"), binds);
     root.ok(&["rpm", "--initdb"]);
     root.ok(&["rpm", "-i", &stubs.0, &stubs.1]);
     root
