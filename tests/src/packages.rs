@@ -20,8 +20,13 @@ pub struct Packages {
 /// `tests/cluster/roots path NAME`: the cached root of a Slurm release
 /// ("/" for the host's 22.05) or of `bullseye`, built when missing.
 pub fn debian_root(name: &str) -> PathBuf {
-    let o = Command::new(repo().join("tests/cluster/roots")).args(["path", name]).output().unwrap();
-    assert!(o.status.success(), "roots path {name}: {}", text(&o));
+    roots("path", name)
+}
+
+/// `tests/cluster/roots VERB NAME`: the path it prints last.
+fn roots(verb: &str, name: &str) -> PathBuf {
+    let o = Command::new(repo().join("tests/cluster/roots")).args([verb, name]).output().unwrap();
+    assert!(o.status.success(), "roots {verb} {name}: {}", text(&o));
     PathBuf::from(String::from_utf8_lossy(&o.stdout).lines().last().expect("a root path").trim())
 }
 
@@ -33,9 +38,7 @@ pub fn debian_root(name: &str) -> PathBuf {
 /// changes: a config file that appeared there after [`ScratchRoot`]'s first
 /// command made dpkg ask whether to keep it.
 pub fn pristine_root(name: &str) -> PathBuf {
-    let o = Command::new(repo().join("tests/cluster/roots")).args(["pristine", name]).output().unwrap();
-    assert!(o.status.success(), "roots pristine {name}: {}", text(&o));
-    PathBuf::from(String::from_utf8_lossy(&o.stdout).lines().last().expect("a root path").trim())
+    roots("pristine", name)
 }
 
 /// Slurm `release`'s headers: its root's /usr/include.
