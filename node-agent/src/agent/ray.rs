@@ -268,15 +268,26 @@ pub fn ray_container(spec: &JobSpec, image: &Path, preload: Option<&Path>) -> Co
 /// Under a cgroup memory limit, Ray's memory monitor must stop a runaway
 /// task before the kernel's OOM killer does: then the driver gets Ray's
 /// `OutOfMemoryError` naming the task, not a bare "worker died". Ray's
-/// defaults (act at 95 %, look every 250 ms) leave too little room for a task
-/// that grows by hundreds of MB a second; syndeo keeps a margin of a tenth of
-/// the limit (at least 192 MiB) and looks every 50 ms (a read of two small
-/// cgroup files). Without a limit, Ray's defaults stand.
+/// default (act at 95 %) leaves too little room for a task that grows by
+/// hundreds of MB a second; syndeo keeps a margin of a tenth of the limit (at
+/// least 192 MiB). And it looks often enough to see a task growing 1 GiB a
+/// second at least four times while it crosses that margin: every margin/4
+/// ms (a MiB a millisecond), between 50 ms and Ray's default of 250 ms. Each
+/// look costs every raylet CPU (it reads the cgroup's and the node's memory
+/// files), so a look every 50 ms on every node, whatever its limit, cost the
+/// throughput benchmark a third more of the raylets' CPU per task (BENCHMARKS.md,
+/// "Where the throughput gap goes"); a job with a few GiB is looked at every
+/// 50 to 100 ms, one with 10 GiB or more at Ray's pace. Without a limit,
+/// Ray's defaults stand.
 pub fn memory_monitor_env(limit_mb: Option<u64>) -> Vec<(&'static str, String)> {
     let Some(limit) = limit_mb.filter(|l| *l > 0) else { return vec![] };
     let margin = (limit / 10).max(192);
     let threshold = (1.0 - margin as f64 / limit as f64).clamp(0.5, 0.95);
-    vec![("RAY_memory_usage_threshold", format!("{threshold:.2}")), ("RAY_memory_monitor_refresh_ms", "50".into())]
+    let every_ms = (margin / 4).clamp(50, 250);
+    vec![
+        ("RAY_memory_usage_threshold", format!("{threshold:.2}")),
+        ("RAY_memory_monitor_refresh_ms", every_ms.to_string()),
+    ]
 }
 
 /// The last lines of this node's Ray log, for error messages.
@@ -291,13 +302,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn under_a_memory_limit_rays_monitor_keeps_a_margin_and_looks_often() {
+    fn under_a_memory_limit_rays_monitor_keeps_a_margin_and_looks_four_times_while_1_gib_a_second_crosses_it() {
         assert!(memory_monitor_env(None).is_empty());
         let env = |mb| memory_monitor_env(Some(mb)).into_iter().collect::<std::collections::HashMap<_, _>>();
         assert_eq!(env(4000)["RAY_memory_usage_threshold"], "0.90");
         assert_eq!(env(1000)["RAY_memory_usage_threshold"], "0.81", "at least 192 MiB of margin");
         assert_eq!(env(200)["RAY_memory_usage_threshold"], "0.50", "never below half");
-        assert_eq!(env(1000)["RAY_memory_monitor_refresh_ms"], "50");
+        assert_eq!(env(1500)["RAY_memory_monitor_refresh_ms"], "50", "192 MiB: four looks in 0.19 s");
+        assert_eq!(env(4096)["RAY_memory_monitor_refresh_ms"], "102", "409 MiB of margin");
+        assert_eq!(env(256 << 10)["RAY_memory_monitor_refresh_ms"], "250", "never slower than Ray's default");
     }
 
     fn spec() -> JobSpec {
