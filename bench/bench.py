@@ -127,7 +127,11 @@ TPUT_PY = r"""
 # One driver of the throughput benchmark: SIDE's, against the Ray cluster of
 # its environment. It warms up, says ready, then runs one round of 2,000
 # empty tasks each time the bench drops go-SIDE-K into DIR, and writes
-# done-SIDE-K with the round's rate. The two sides' rounds never overlap.
+# done-SIDE-K with the round's rate. The two sides' rounds never overlap, and
+# neither driver ends (Ray's teardown of its job: the driver's exit, its
+# workers ended and new ones started) before the bench drops `rounds-over`:
+# else the side that went first in the last round would end inside the
+# other's, and its teardown would count as the other side's CPU.
 import os, sys, time, ray
 side, d, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ray.init()
@@ -146,6 +150,8 @@ for k in range(rounds):
     t = time.time()
     ray.get([f.remote() for _ in range(2000)])
     put(f"done-{side}-{k}", repr(2000 / (time.time() - t)))
+while not os.path.exists(os.path.join(d, "rounds-over")):
+    time.sleep(0.05)
 """
 
 
@@ -812,12 +818,12 @@ def srun_cost(n, empty_plugin):
 
 # ---------------------------------------------------------------- 4. throughput
 
-def wait_file(path, limit, why_not):
-    """Waits for `path`, looking every 5 ms; `why_not()` (asked once a
-    second: it may run scontrol) names a reason to give up early, or None."""
+def wait_file(path, limit, why_not, every=1.0):
+    """Waits for `path`, looking every 5 ms; `why_not()` (asked once every
+    `every` s: it may run scontrol) names a reason to give up early, or None."""
     end, asked = time.time() + limit, time.time()
     while not os.path.exists(path):
-        if time.time() - asked >= 1:
+        if time.time() - asked >= every:
             asked = time.time()
             reason = why_not()
             if reason:
@@ -968,10 +974,16 @@ def throughput_pair(image, root, rounds):
                     before = busy_cpu_seconds()
                     open(os.path.join(d, f"go-{side}-{k}"), "w").close()
                     done = os.path.join(d, f"done-{side}-{k}")
-                    wait_file(done, 120, why_not)
+                    # why_not runs scontrol through the minicluster (about ten
+                    # processes): asked once a second, it fell inside a round
+                    # only when the round took over a second, so a side whose
+                    # rounds were a little slower paid for it far more often
+                    # (rounds of 0.85 s against 1 s on a fast machine).
+                    wait_file(done, 120, why_not, every=30)
                     cpu[side] += busy_cpu_seconds() - before
                     by_cmd[side].update(cpu_by_command(procs_before, cpu_of_processes(which[side]())))
                     rates[side].append(float(open(done).read()))
+            open(os.path.join(d, "rounds-over"), "w").close()
             bare.communicate(timeout=60)
         finally:
             if mark is not None:
