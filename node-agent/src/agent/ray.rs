@@ -272,13 +272,13 @@ pub fn ray_container(spec: &JobSpec, image: &Path, preload: Option<&Path>) -> Co
 /// hundreds of MB a second; syndeo keeps a margin of a tenth of the limit (at
 /// least 192 MiB). And it looks often enough to see a task growing 1 GiB a
 /// second at least four times while it crosses that margin: every margin/4
-/// ms (a MiB a millisecond), between 50 ms and Ray's default of 250 ms. Each
-/// look costs every raylet CPU (it reads the cgroup's and the node's memory
-/// files), so a look every 50 ms on every node, whatever its limit, cost the
-/// throughput benchmark a third more of the raylets' CPU per task (BENCHMARKS.md,
-/// "Where the throughput gap goes"); a job with a few GiB is looked at every
-/// 50 to 100 ms, one with 10 GiB or more at Ray's pace. Without a limit,
-/// Ray's defaults stand.
+/// ms (a MiB a millisecond), between 50 ms and Ray's default of 250 ms. A
+/// look costs the raylet about 0.26 ms of CPU (it reads the cgroup's and the
+/// node's memory files): every 50 ms whatever the limit, the looks were
+/// close to half of an idle raylet's CPU, and a third more raylet CPU per
+/// task in the throughput benchmark (BENCHMARKS.md, "Where the throughput gap
+/// goes"). So a job with a few GiB is looked at every 50 to 100 ms, one with
+/// 10 GiB or more at Ray's pace. Without a limit, Ray's defaults stand.
 pub fn memory_monitor_env(limit_mb: Option<u64>) -> Vec<(&'static str, String)> {
     let Some(limit) = limit_mb.filter(|l| *l > 0) else { return vec![] };
     let margin = (limit / 10).max(192);
