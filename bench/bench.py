@@ -589,7 +589,10 @@ def bare_cluster(root, jid=None):
     marker, the head's address, node1's env)."""
     mark = f"SYNDEO_BENCH_BARE={secrets.token_hex(4)}"
     token = secrets.token_hex(32)
-    port = 20000 + secrets.randbelow(9000)
+    # Below syndeo's Ray ports (etc/syndeo.toml's ray_ports, 20000-32767),
+    # which the syndeo cluster of the same job holds: a port drawn among
+    # them met one of its Ray's (the bare GCS: "Address already in use").
+    port = 10000 + secrets.randbelow(9000)
 
     def env(node):
         return {"PATH": "/usr/bin:/bin", "HOME": home(), "RAY_AUTH_MODE": "token",
@@ -839,6 +842,15 @@ def busy_cpu_seconds():
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+def processes_started():
+    """How many processes the machine has started since boot (/proc/stat's
+    `processes`: every fork and clone of a process)."""
+    for line in open("/proc/stat"):
+        if line.startswith("processes "):
+            return int(line.split()[1])
+    return 0
+
+
 def job_processes(jid, other=None):
     """A syndeo job's processes: those in its cgroup (with Slurm's cgroup
     plugins; the step's container, whose environment Apptainer cleans, and
@@ -906,10 +918,12 @@ def cpu_by_command(before, after):
     return by
 
 
-def cpu_table(by_cmd, cpu, tasks):
+def cpu_table(by_cmd, cpu, tasks, started):
     """Where each side's CPU went during its own rounds, per 1,000 tasks: its
     processes by command name (the largest first), and the rest of the
-    machine (Slurm, the kernel, the other side's idle cluster)."""
+    machine (Slurm, the kernel, the other side's idle cluster, and processes
+    that began and ended inside a round, which no scan saw: how many the
+    machine started is the last row)."""
     per = 1000 / tasks
     names = sorted(set(by_cmd["syndeo"]) | set(by_cmd["bare"]),
                    key=lambda n: -max(by_cmd["syndeo"][n], by_cmd["bare"][n]))
@@ -921,6 +935,8 @@ def cpu_table(by_cmd, cpu, tasks):
     rest = {side: (cpu[side] - sum(by_cmd[side].values())) * per for side in cpu}
     rows.append(f"| the rest of the machine | {rest['syndeo']:.3f} | {rest['bare']:.3f} | "
                 f"{rest['syndeo'] - rest['bare']:+.3f} |")
+    s, b = (started[side] * per for side in ("syndeo", "bare"))
+    rows.append(f"| processes the machine started (forks and clones, not CPU) | {s:.1f} | {b:.1f} | {s - b:+.1f} |")
     return rows
 
 
@@ -965,13 +981,14 @@ def throughput_pair(image, root, rounds):
                            dict(env, RAY_ADDRESS=addr))
             wait_file(os.path.join(d, "bare.ready"), 300, why_not)
             rates, cpu = {"syndeo": [], "bare": []}, {"syndeo": 0.0, "bare": 0.0}
+            started = {"syndeo": 0, "bare": 0}
             by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
             which = {"syndeo": lambda: job_processes(jid, mark), "bare": lambda: processes_with_env(mark)}
             for k in range(rounds):
                 for side in (("syndeo", "bare") if k % 2 == 0 else ("bare", "syndeo")):
                     # The /proc scan first: its own CPU is not the round's.
                     procs_before = cpu_of_processes(which[side]())
-                    before = busy_cpu_seconds()
+                    before, forks = busy_cpu_seconds(), processes_started()
                     open(os.path.join(d, f"go-{side}-{k}"), "w").close()
                     done = os.path.join(d, f"done-{side}-{k}")
                     # why_not runs scontrol through the minicluster (about ten
@@ -981,6 +998,7 @@ def throughput_pair(image, root, rounds):
                     # (rounds of 0.85 s against 1 s on a fast machine).
                     wait_file(done, 120, why_not, every=30)
                     cpu[side] += busy_cpu_seconds() - before
+                    started[side] += processes_started() - forks
                     by_cmd[side].update(cpu_by_command(procs_before, cpu_of_processes(which[side]())))
                     rates[side].append(float(open(done).read()))
             open(os.path.join(d, "rounds-over"), "w").close()
@@ -995,7 +1013,7 @@ def throughput_pair(image, root, rounds):
         if wait_job(jid) != "COMPLETED":
             raise SystemExit(f"syndeo job {jid}: {''.join(job_out(jid))[-2000:]}")
         jid = None
-        return rates, cpu, by_cmd
+        return rates, cpu, by_cmd, started
     finally:
         if jid is not None:
             mc("cancel", jid, check=False)
@@ -1137,17 +1155,19 @@ def main():
     cpu = {"syndeo": 0.0, "bare": 0.0}
     pair_ratios = []
     by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
+    started = {"syndeo": 0, "bare": 0}
     for i in range(a.tput_reps):
-        rates, used, procs = throughput_pair(a.image, peers_root, a.tput_rounds)
+        rates, used, procs, forks = throughput_pair(a.image, peers_root, a.tput_rounds)
         for side in tputs:
             tputs[side] += rates[side]
             cpu[side] += used[side]
             by_cmd[side].update(procs[side])
+            started[side] += forks[side]
         pair_ratios.append(median(rates["syndeo"]) / median(rates["bare"]))
     tput_syndeo, tput_bare = median(tputs["syndeo"]), median(tputs["bare"])
     tasks = 2000 * a.tput_rounds * a.tput_reps
     cpu_syndeo, cpu_bare = (cpu[side] / tasks * 1000 for side in ("syndeo", "bare"))
-    where = cpu_table(by_cmd, cpu, tasks)
+    where = cpu_table(by_cmd, cpu, tasks, started)
     if a.only_throughput:
         print(f"throughput: syndeo {tput_syndeo:.0f}/s, bare {tput_bare:.0f}/s, syndeo/bare "
               f"{tput_syndeo / tput_bare:.3f}; pairs: {', '.join(f'{x:.3f}' for x in pair_ratios)}")

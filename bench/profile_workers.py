@@ -15,9 +15,11 @@ cluster in the job's other steps), and counts the tasks each worker ran in
 the window (Ray's `:task_name:` marker lines in the worker's stdout file)
 with its context switches, nice value and autogroup.
 
-`report` prints each worker's CPU per task by node and side, and the
+`report` prints each worker's CPU per task by node and side, the
 workers' CPU per 1,000 tasks by shared object and the symbols whose share
-differs most. IMAGE_ROOT (the image's directory) resolves the symbols of
+differs most, and the processes and threads started in the window (a
+second `perf record` of the scheduler's fork and exec events) by the side
+and command of their parent. IMAGE_ROOT (the image's directory) resolves the symbols of
 the image's libraries, which sit in the containers' mounts.
 """
 import collections
@@ -86,6 +88,8 @@ def record(out, first, last):
                 run = d
         time.sleep(0.05)
     perf = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "997", "-a", "-o", f"{out}/perf.data"])
+    forks = subprocess.Popen(["perf", "record", "-q", "-e", "sched:sched_process_fork", "-e", "sched:sched_process_exec",
+                              "-a", "-o", f"{out}/forks.data"])
     start, seen = workers(uid), {}
     while not all(os.path.exists(f"{run}done-{side}-{last}") for side in ("syndeo", "bare")):
         for pid in user_pids(uid):
@@ -93,8 +97,10 @@ def record(out, first, last):
                 seen[pid] = (read(f"/proc/{pid}/comm").strip(), cgroup(pid))
         time.sleep(0.2)
     perf.send_signal(signal.SIGINT)
+    forks.send_signal(signal.SIGINT)
     end = workers(uid)
     perf.wait()
+    forks.wait()
     with open(f"{out}/processes", "w") as f:
         f.writelines(f"{pid}|{comm}|{cg}\n" for pid, (comm, cg) in seen.items())
     with open(f"{out}/workers", "w") as f:
@@ -159,6 +165,25 @@ def report(out, image_root=None):
     diff = lambda sym: by_sym[("syndeo", sym)] * scale["syndeo"] - by_sym[("bare", sym)] * scale["bare"]
     for sym in sorted(syms, key=lambda sym: -abs(diff(sym)))[:15]:
         print(f"{by_sym[('syndeo', sym)] * scale['syndeo']:7.1f} {by_sym[('bare', sym)] * scale['bare']:7.1f}  {sym[:150]}")
+
+    print("\nprocesses and threads started in the window, by the parent's side and command (and what the child ran):")
+    trace = subprocess.run(["perf", "script", "-i", f"{out}/forks.data"], capture_output=True, text=True).stdout
+    parent, started = {}, collections.Counter()
+    for line in trace.splitlines():
+        m = re.search(r"sched_process_fork: comm=(.*?) pid=(\d+) child_comm=.*? child_pid=(\d+)", line)
+        if m:
+            parent[int(m.group(3))] = (m.group(1), int(m.group(2)))
+            continue
+        m = re.search(r"sched_process_exec: filename=(\S+) pid=(\d+)", line)
+        if m:
+            comm, ppid = parent.pop(int(m.group(2)), ("?", 0))
+            side = side_of(procs[ppid][1]) if ppid in procs else "other"
+            started[(side, comm, os.path.basename(m.group(1)))] += 1
+    for (comm, ppid) in parent.values():
+        side = side_of(procs[ppid][1]) if ppid in procs else "other"
+        started[(side, comm, "(no exec: a thread or a fork)")] += 1
+    for (side, comm, ran), n in sorted(started.items(), key=lambda kv: -kv[1])[:30]:
+        print(f"{n:6d}  {side:6s}  {comm} -> {ran}")
 
 
 if __name__ == "__main__":
