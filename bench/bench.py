@@ -1155,19 +1155,19 @@ def main():
     cpu = {"syndeo": 0.0, "bare": 0.0}
     pair_ratios = []
     by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
-    started = {"syndeo": 0, "bare": 0}
+    forked = {"syndeo": 0, "bare": 0}
     for i in range(a.tput_reps):
         rates, used, procs, forks = throughput_pair(a.image, peers_root, a.tput_rounds)
         for side in tputs:
             tputs[side] += rates[side]
             cpu[side] += used[side]
             by_cmd[side].update(procs[side])
-            started[side] += forks[side]
+            forked[side] += forks[side]
         pair_ratios.append(median(rates["syndeo"]) / median(rates["bare"]))
     tput_syndeo, tput_bare = median(tputs["syndeo"]), median(tputs["bare"])
     tasks = 2000 * a.tput_rounds * a.tput_reps
     cpu_syndeo, cpu_bare = (cpu[side] / tasks * 1000 for side in ("syndeo", "bare"))
-    where = cpu_table(by_cmd, cpu, tasks, started)
+    where = cpu_table(by_cmd, cpu, tasks, forked)
     if a.only_throughput:
         print(f"throughput: syndeo {tput_syndeo:.0f}/s, bare {tput_bare:.0f}/s, syndeo/bare "
               f"{tput_syndeo / tput_bare:.3f}; pairs: {', '.join(f'{x:.3f}' for x in pair_ratios)}")
