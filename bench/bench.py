@@ -839,19 +839,14 @@ def wait_file(path, limit, why_not, every=1.0):
         time.sleep(0.005)
 
 
-def busy_cpu_seconds():
-    """CPU time the whole machine has spent not idle (all cores), from /proc/stat."""
-    user, nice, system, idle, iowait, irq, softirq, steal = map(int, open("/proc/stat").readline().split()[1:9])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-def processes_started():
-    """How many processes the machine has started since boot (/proc/stat's
-    `processes`: every fork and clone of a process)."""
-    for line in open("/proc/stat"):
-        if line.startswith("processes "):
-            return int(line.split()[1])
-    return 0
+def machine_counters():
+    """(CPU seconds the whole machine has spent not idle, all cores; processes
+    it has started since boot, every fork and clone), from one read of
+    /proc/stat."""
+    stat = open("/proc/stat").read()
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, stat.split("\n", 1)[0].split()[1:9])
+    started = int(re.search(r"^processes (\d+)", stat, re.M).group(1))
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK"), started
 
 
 def job_processes(jid, other=None):
@@ -921,7 +916,7 @@ def cpu_by_command(before, after):
     return by
 
 
-def cpu_table(by_cmd, cpu, tasks, started):
+def cpu_table(by_cmd, cpu, tasks, forked):
     """Where each side's CPU went during its own rounds, per 1,000 tasks: its
     processes by command name (the largest first), and the rest of the
     machine (Slurm, the kernel, the other side's idle cluster, and processes
@@ -938,7 +933,7 @@ def cpu_table(by_cmd, cpu, tasks, started):
     rest = {side: (cpu[side] - sum(by_cmd[side].values())) * per for side in cpu}
     rows.append(f"| the rest of the machine | {rest['syndeo']:.3f} | {rest['bare']:.3f} | "
                 f"{rest['syndeo'] - rest['bare']:+.3f} |")
-    s, b = (started[side] * per for side in ("syndeo", "bare"))
+    s, b = (forked[side] * per for side in ("syndeo", "bare"))
     rows.append(f"| processes the machine started (forks and clones, not CPU) | {s:.1f} | {b:.1f} | {s - b:+.1f} |")
     return rows
 
@@ -984,14 +979,14 @@ def throughput_pair(image, root, rounds):
                            dict(env, RAY_ADDRESS=addr))
             wait_file(os.path.join(d, "bare.ready"), 300, why_not)
             rates, cpu = {"syndeo": [], "bare": []}, {"syndeo": 0.0, "bare": 0.0}
-            started = {"syndeo": 0, "bare": 0}
+            forked = {"syndeo": 0, "bare": 0}
             by_cmd = {"syndeo": collections.Counter(), "bare": collections.Counter()}
             which = {"syndeo": lambda: job_processes(jid, mark), "bare": lambda: processes_with_env(mark)}
             for k in range(rounds):
                 for side in (("syndeo", "bare") if k % 2 == 0 else ("bare", "syndeo")):
                     # The /proc scan first: its own CPU is not the round's.
                     procs_before = cpu_of_processes(which[side]())
-                    before, forks = busy_cpu_seconds(), processes_started()
+                    busy, forks = machine_counters()
                     open(os.path.join(d, f"go-{side}-{k}"), "w").close()
                     done = os.path.join(d, f"done-{side}-{k}")
                     # why_not runs scontrol through the minicluster (about ten
@@ -1000,8 +995,9 @@ def throughput_pair(image, root, rounds):
                     # rounds were a little slower paid for it far more often
                     # (rounds of 0.85 s against 1 s on a fast machine).
                     wait_file(done, 120, why_not, every=30)
-                    cpu[side] += busy_cpu_seconds() - before
-                    started[side] += processes_started() - forks
+                    busy_after, forks_after = machine_counters()
+                    cpu[side] += busy_after - busy
+                    forked[side] += forks_after - forks
                     by_cmd[side].update(cpu_by_command(procs_before, cpu_of_processes(which[side]())))
                     rates[side].append(float(open(done).read()))
             open(os.path.join(d, "rounds-over"), "w").close()
@@ -1016,7 +1012,7 @@ def throughput_pair(image, root, rounds):
         if wait_job(jid) != "COMPLETED":
             raise SystemExit(f"syndeo job {jid}: {''.join(job_out(jid))[-2000:]}")
         jid = None
-        return rates, cpu, by_cmd, started
+        return rates, cpu, by_cmd, forked
     finally:
         if jid is not None:
             mc("cancel", jid, check=False)

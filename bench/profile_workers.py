@@ -167,24 +167,26 @@ def report(out, image_root=None):
         print(f"{by_sym[('syndeo', sym)] * scale['syndeo']:7.1f} {by_sym[('bare', sym)] * scale['bare']:7.1f}  {sym[:150]}")
 
     print("\nprocesses and threads started in the window, by the parent's side and command (and what the child ran):")
-    trace = subprocess.run(["perf", "script", "-i", f"{out}/forks.data"], capture_output=True, text=True).stdout
+    # PID/TID before each event: the parent's PID (its process, whose cgroup
+    # `processes` holds), where the event's own pid= is the forking thread's.
+    trace = subprocess.run(["perf", "script", "-i", f"{out}/forks.data", "-F", "comm,pid,tid,event,trace"],
+                           capture_output=True, text=True).stdout
+    side_of_pid = lambda pid: side_of(procs[pid][1]) if pid in procs else "other"
     parent, started = {}, collections.Counter()
     for line in trace.splitlines():
-        m = re.search(r"sched_process_fork: comm=(.*?) pid=(\d+) child_comm=.*? child_pid=(\d+)", line)
-        if m:
-            parent[int(m.group(3))] = (m.group(1), int(m.group(2)))
+        m = re.match(r"\s*(.+?)\s+(\d+)/\d+\s+sched:(\w+): (.*)", line)
+        if not m:
             continue
-        m = re.search(r"sched_process_exec: filename=(\S+) pid=(\d+)", line)
-        if m:
-            comm, ppid = parent.pop(int(m.group(2)), ("?", 0))
-            side = side_of(procs[ppid][1]) if ppid in procs else "other"
-            started[(side, comm, os.path.basename(m.group(1)))] += 1
-    for (comm, ppid) in parent.values():
-        side = side_of(procs[ppid][1]) if ppid in procs else "other"
-        started[(side, comm, "(no exec: a thread or a fork)")] += 1
+        comm, pid, event, fields = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+        if event == "sched_process_fork":
+            parent[int(re.search(r"child_pid=(\d+)", fields).group(1))] = (comm, pid)
+        elif event == "sched_process_exec":
+            comm, ppid = parent.pop(pid, ("?", 0))
+            started[(side_of_pid(ppid), comm, os.path.basename(re.search(r"filename=(\S+)", fields).group(1)))] += 1
+    for comm, ppid in parent.values():
+        started[(side_of_pid(ppid), comm, "(no exec: a thread or a fork)")] += 1
     for (side, comm, ran), n in sorted(started.items(), key=lambda kv: -kv[1])[:30]:
         print(f"{n:6d}  {side:6s}  {comm} -> {ran}")
-
 
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "record":
