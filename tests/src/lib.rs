@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use syndeo_protocol::layout::{self, STATE_SECRET};
+use syndeo_protocol::layout::{self, JobDir, STATE_SECRET};
 
 pub mod packages;
 
@@ -279,9 +279,11 @@ impl Job {
                 }
             }
             if start.elapsed() >= limit {
-                // A test that gives up must not leave its job holding the nodes.
+                // A test that gives up must not leave its job holding the
+                // nodes (after the report: the job's logs go with it).
+                let report = self.report();
                 cancel(self.id);
-                panic!("job {} still {state} after {limit:?} (cancelled): {}", self.id, self.output());
+                panic!("job {} still {state} after {limit:?} (cancelled): {report}", self.id);
             }
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -307,6 +309,33 @@ impl Job {
 
     pub fn output(&self) -> String {
         format!("--- stdout ---\n{}--- stderr ---\n{}", self.stdout(), self.stderr())
+    }
+
+    /// What a test that gives up on the job prints: its output, then what
+    /// Slurm says of it and of the nodes, and the end of syndeo's logs on
+    /// every node (an empty output alone cannot tell a job Slurm never
+    /// started from a cluster that never met).
+    pub fn report(&self) -> String {
+        let mut r = self.output();
+        let job = text(&run(&["scontrol", "-o", "show", "job", &self.id.to_string()]));
+        let keep = ["JobState=", "Reason=", "NodeList=", "BatchHost=", "RunTime=", "StartTime="];
+        let fields: Vec<&str> = job.split_whitespace().filter(|kv| keep.iter().any(|k| kv.starts_with(k))).collect();
+        r.push_str(&format!("--- slurm: job {} ---\n{}\n", self.id, fields.join(" ")));
+        r.push_str(&format!(
+            "--- slurm: nodes ---\n{}",
+            text(&run(&["sinfo", "-h", "-N", "-p", "debug", "-o", "%N %T %E"]))
+        ));
+        let dir = JobDir::new(Path::new(layout::DEFAULT_RUNTIME_BASE), self.id);
+        for n in nodes() {
+            for f in [dir.agent_log(), dir.ray_log(), dir.failed_note()] {
+                let f = f.display().to_string();
+                let o = in_node(&n, &["tail", "-n", "15", &f]);
+                if o.status.success() && !o.stdout.is_empty() {
+                    r.push_str(&format!("--- {n}: {f} (end) ---\n{}", String::from_utf8_lossy(&o.stdout)));
+                }
+            }
+        }
+        r
     }
 }
 
@@ -413,7 +442,7 @@ impl Job {
     pub fn wait_running(&self, limit: Duration) {
         let t = Instant::now();
         while self.field("JobState").as_deref() != Some("RUNNING") {
-            assert!(t.elapsed() < limit, "job {} did not start within {limit:?}: {}", self.id, self.output());
+            assert!(t.elapsed() < limit, "job {} did not start within {limit:?}: {}", self.id, self.report());
             std::thread::sleep(Duration::from_millis(250));
         }
     }
@@ -436,7 +465,7 @@ impl Job {
                 "job {} printed {} of {n} {prefix} lines within {limit:?}: {}",
                 self.id,
                 found.len(),
-                self.output()
+                self.report()
             );
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -455,9 +484,9 @@ impl Job {
                 matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | ""),
                 "job {} is {state} without printing {prefix}: {}",
                 self.id,
-                self.output()
+                self.report()
             );
-            assert!(start.elapsed() < limit, "job {} printed no {prefix} within {limit:?}: {}", self.id, self.output());
+            assert!(start.elapsed() < limit, "job {} printed no {prefix} within {limit:?}: {}", self.id, self.report());
             std::thread::sleep(Duration::from_millis(250));
         }
     }
@@ -471,7 +500,7 @@ impl Job {
             if let Some(pid) = agent_pid(job_id, node) {
                 return pid;
             }
-            assert!(t.elapsed() < limit, "no agent of job {job_id} on {node}: {}", self.output());
+            assert!(t.elapsed() < limit, "no agent of job {job_id} on {node}: {}", self.report());
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -481,7 +510,7 @@ impl Job {
     pub fn wait_stderr(&self, needle: &str, limit: Duration) {
         let start = Instant::now();
         while !self.stderr().contains(needle) {
-            assert!(start.elapsed() < limit, "job {} wrote no {needle:?} within {limit:?}: {}", self.id, self.output());
+            assert!(start.elapsed() < limit, "job {} wrote no {needle:?} within {limit:?}: {}", self.id, self.report());
             std::thread::sleep(Duration::from_millis(250));
         }
     }
@@ -729,27 +758,44 @@ pub fn kill_agent_for_good(job: u32, node: &str) {
 
 /// Cancels these jobs when dropped by a failing test, and waits (bounded)
 /// until they have ended and their epilogs ran: a failing test leaves
-/// nothing that holds the nodes, or counts as leftovers, for the tests after it.
+/// nothing that holds the nodes, or counts as leftovers, for the tests after
+/// it. (A [`Job`] does so for itself; this is for jobs a test knows by id.)
 pub struct CancelOnDrop(pub Vec<u32>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            for &id in &self.0 {
-                cancel(id);
+            cancel_until_ended(&self.0);
+        }
+    }
+}
+
+/// A test that fails while its job runs cancels it: the partition has no
+/// time limit, and a job left waiting (for a READY that never comes) would
+/// hold its nodes, and every later test's job would wait behind it.
+impl Drop for Job {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            cancel_until_ended(&[self.id]);
+        }
+    }
+}
+
+/// Cancels `jobs` and waits, up to 120 s each, until each has ended and its
+/// epilogs ran on every node.
+fn cancel_until_ended(jobs: &[u32]) {
+    for &id in jobs {
+        cancel(id);
+    }
+    for &id in jobs {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(120) {
+            let state = scontrol_field("job", &id.to_string(), "JobState").unwrap_or_default();
+            let ended = !matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING");
+            if ended && nodes().iter().all(|n| !node_path_exists(n, &state_dir(id))) {
+                break;
             }
-            for &id in &self.0 {
-                let job = Job { id, dir: PathBuf::from("/") };
-                let t = Instant::now();
-                while t.elapsed() < Duration::from_secs(120) {
-                    let state = job.field("JobState").unwrap_or_default();
-                    let ended = !matches!(state.as_str(), "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING");
-                    if ended && nodes().iter().all(|n| !node_path_exists(n, &state_dir(id))) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-            }
+            std::thread::sleep(Duration::from_millis(500));
         }
     }
 }
