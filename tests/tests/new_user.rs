@@ -123,7 +123,12 @@ fn logs_outlive_the_job_in_its_work_directory_and_keep_logs_false_keeps_none() {
     let (uid, _) = user_ids(user_a());
     for node in ["node1", "node2"] {
         let agent_log = kept.join(node).join("agent.log");
-        let meta = std::fs::metadata(&agent_log).unwrap_or_else(|e| panic!("{}: {e}", agent_log.display()));
+        let meta = std::fs::metadata(&agent_log).unwrap_or_else(|e| {
+            // What the epilog said of the copy on that node (a deadline, an error).
+            let said: Vec<String> =
+                slurmd_log(node).lines().filter(|l| l.contains(&job.id.to_string())).map(str::to_string).collect();
+            panic!("{}: {e}; {node}'s slurmd log of the job: {said:#?}", agent_log.display())
+        });
         assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), uid, "{} is not the user's", agent_log.display());
         assert!(kept.join(node).join("ray").is_dir(), "no Ray logs of {node}");
     }

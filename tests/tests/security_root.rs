@@ -373,7 +373,14 @@ fn the_users_other_processes_can_neither_read_nor_take_the_descriptors_of_syndeo
     let image = image();
     let dir = workdir(user_a(), "fd-taker");
     attack_script(user_a(), &dir, "fd_taker.py");
-    let job = sbatch(user_a(), &dir, &["-N2", &format!("--syndeo={image}")], "#!/bin/bash\npython3 fd_taker.py\n");
+    // Once the cluster is ready: the batch script may start before the
+    // other node's agent has (AGENTS 0 under CI's load).
+    let job = sbatch(
+        user_a(),
+        &dir,
+        &["-N2", &format!("--syndeo={image}")],
+        "#!/bin/bash\nsyndeo wait >/dev/null\npython3 fd_taker.py\n",
+    );
     assert_eq!(job.wait(Duration::from_secs(300)), "COMPLETED", "{}", job.output());
     let agents: u32 = job.lines("AGENTS ").first().and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(agents >= 4, "expected a supervisor and an agent on each of 2 nodes: {}", job.output());
